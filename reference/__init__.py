@@ -1,0 +1,38 @@
+"""The NumPy float64 oracle: each transformer building block as the seed documents state it.
+
+Every forward function here is a few plain NumPy lines in float64, next to its hand-derived
+vector-Jacobian product (``*_vjp``). No deep-learning framework is imported in this package.
+Citations name the seed documents by short id (see ``docs/seeds.md``):
+
+* ``seed-000`` — "Positions, normalization and the residual stream"
+* ``seed-002`` — "Chapter 3 Transformer Architecture Interview Essentials"
+* ``seed-004`` — the article on positional encoding and the residual stream
+"""
+
+from reference.losses import cross_entropy, cross_entropy_vjp, logsumexp, softmax, z_loss, z_loss_vjp
+from reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from reference.rope import rope, rope_angles, rope_inv_freq, rope_pair_indices, rope_vjp
+from reference.swiglu import mlp_param_count, silu, swiglu_hidden_dim, swiglu_mlp, swiglu_mlp_vjp
+
+__all__ = [
+    "cross_entropy",
+    "cross_entropy_vjp",
+    "layer_norm",
+    "layer_norm_vjp",
+    "logsumexp",
+    "mlp_param_count",
+    "rms_norm",
+    "rms_norm_vjp",
+    "rope",
+    "rope_angles",
+    "rope_inv_freq",
+    "rope_pair_indices",
+    "rope_vjp",
+    "silu",
+    "softmax",
+    "swiglu_hidden_dim",
+    "swiglu_mlp",
+    "swiglu_mlp_vjp",
+    "z_loss",
+    "z_loss_vjp",
+]
