@@ -1,0 +1,19 @@
+"""Adapters: candidate implementations exposed through one contract (docs/adapter-contract.md)."""
+
+from adapters.contract import OPS, Adapter, Capability, ContractError, Conventions, OpSpec, capabilities, validate
+from adapters.registry import BUILTIN, DEFAULT, AdapterLoadError, load_adapter
+
+__all__ = [
+    "BUILTIN",
+    "DEFAULT",
+    "OPS",
+    "Adapter",
+    "AdapterLoadError",
+    "Capability",
+    "ContractError",
+    "Conventions",
+    "OpSpec",
+    "capabilities",
+    "load_adapter",
+    "validate",
+]

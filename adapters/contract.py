@@ -1,0 +1,187 @@
+"""The adapter contract: how a candidate implementation is exposed to the suite.
+
+Read docs/adapter-contract.md for the prose version. In short, an adapter is any object with
+
+* ``name: str`` — shown in reports;
+* ``conventions: Conventions`` — what the candidate follows where real implementations differ;
+* ``capabilities: Mapping[str, Capability]`` — which operations it implements, in which dtypes, and
+  whether it provides their gradients. An operation or dtype not declared is *unsupported*, never
+  passed;
+* ``forward(op, inputs, params) -> np.ndarray`` — run one operation;
+* ``vjp(op, inputs, params, cotangent) -> dict[str, np.ndarray]`` — its vector-Jacobian product, one
+  gradient per differentiable input (see ``OPS``);
+* ``environment() -> dict[str, str]`` — library versions and device, for the report.
+
+Arrays cross the boundary as NumPy arrays. Floating inputs arrive in the dtype under test
+(``numpy.float32``, ``numpy.float16`` or ``ml_dtypes.bfloat16``) and outputs must come back in the
+same dtype and shape the operation defines. Integer inputs (positions, targets) arrive as int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operation of the contract: its inputs, parameters and what its output looks like."""
+
+    inputs: tuple[str, ...]  # floating inputs, all differentiable, in this order
+    int_inputs: tuple[str, ...] = ()  # integer inputs (not differentiable)
+    params: tuple[str, ...] = ()  # keyword parameters (Python scalars or None)
+    summary: str = ""
+
+
+OPS: dict[str, OpSpec] = {
+    "rms_norm": OpSpec(
+        ("x", "weight"),
+        params=("eps",),
+        summary="x (..., n), weight (n); eps float or None (None: the adapter's declared default). Output like x.",
+    ),
+    "layer_norm": OpSpec(
+        ("x", "weight", "bias"),
+        params=("eps",),
+        summary="x (..., n), weight (n), bias (n); eps float or None. Biased variance. Output like x.",
+    ),
+    "rope": OpSpec(
+        ("x",),
+        int_inputs=("positions",),
+        params=("base", "rotary_dim"),
+        summary="x (..., T, d), positions (T,); base float; rotary_dim int (first dims rotate). Output like x.",
+    ),
+    "swiglu_mlp": OpSpec(
+        ("x", "w1", "w3", "w2"),
+        summary="x (..., d), w1 and w3 (d, h), w2 (h, d): (silu(x@w1) * (x@w3)) @ w2. Output like x.",
+    ),
+    "cross_entropy": OpSpec(
+        ("logits",),
+        int_inputs=("targets",),
+        summary="logits (N, V), targets (N,): per-token loss logsumexp(logits) - logits[target], shape (N,).",
+    ),
+    "z_loss": OpSpec(
+        ("logits",),
+        params=("alpha",),
+        summary="logits (N, V); alpha float: per-token alpha * logsumexp(logits)**2, shape (N,).",
+    ),
+    "swiglu_hidden_dim": OpSpec(
+        (),
+        params=("d", "multiple_of", "ffn_dim_multiplier"),
+        summary="the SwiGLU hidden width the candidate builds for model width d: an int (or 0-d integer array).",
+    ),
+}
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+RopeLayout = Literal["interleaved", "half"]
+NormRounding = Literal["single", "before_weight"]
+EpsDefault = float | Literal["finfo"]
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """What a candidate follows where correct implementations legitimately differ.
+
+    The suite holds the candidate to what it declares: a declared convention changes the oracle
+    (RoPE layout, eps default) or the rounding model of the tolerance (where it rounds), never the
+    size of a tolerance by hand.
+    """
+
+    #: Pair layout of RoPE: "interleaved" pairs (2i, 2i+1) as in the seeds, or "half" pairs (i, i + d/2)
+    #: as in HF transformers and Liger-Kernel.
+    rope_layout: RopeLayout = "interleaved"
+    #: Precision of RoPE's angles m·θ_i (and their cos/sin): "float32" or "float64".
+    rope_angle_dtype: str = "float32"
+    #: Working precision for float32, bfloat16 and float16 inputs: reductions and fused arithmetic run in
+    #: the wider of this and the input dtype.
+    compute_dtype: str = "float32"
+    #: Where a low-precision norm rounds: "single" (one rounding of the final result) or "before_weight"
+    #: (the normalised value is cast to the input dtype and then multiplied by the weight, as in HF Llama).
+    norm_rounding: NormRounding = "single"
+    #: Operations computed as a chain of separate framework ops whose intermediates (and saved
+    #: activations) are stored in the input dtype: "op" for forward and backward, "op.vjp" for the
+    #: backward only.
+    unfused: frozenset[str] = frozenset()
+    #: Operations whose reductions keep partial sums in the input dtype ("op" or "op.vjp", as above).
+    low_precision_sums: frozenset[str] = frozenset()
+    #: eps used when the suite passes eps=None: a number, or "finfo" for the input dtype's machine epsilon.
+    eps_defaults: Mapping[str, EpsDefault] = field(default_factory=lambda: {"rms_norm": 1e-6, "layer_norm": 1e-5})
+    #: Operations allowed to write into their inputs.
+    in_place_ops: frozenset[str] = frozenset()
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready summary for reports."""
+        return {
+            "rope_layout": self.rope_layout,
+            "rope_angle_dtype": self.rope_angle_dtype,
+            "compute_dtype": self.compute_dtype,
+            "norm_rounding": self.norm_rounding,
+            "unfused": sorted(self.unfused),
+            "low_precision_sums": sorted(self.low_precision_sums),
+            "eps_defaults": dict(self.eps_defaults),
+            "in_place_ops": sorted(self.in_place_ops),
+        }
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Declared support for one operation."""
+
+    dtypes: frozenset[str] = frozenset(DTYPES)
+    grad: bool = True
+
+
+def capabilities(ops: Mapping[str, Capability] | None = None, **kw: Capability) -> dict[str, Capability]:
+    """Build a capability table; unknown operation names are rejected at once."""
+    table = dict(ops or {}, **kw)
+    unknown = sorted(set(table) - set(OPS))
+    if unknown:
+        raise ValueError(f"unknown operation(s) {', '.join(unknown)}; the contract defines {', '.join(OPS)}")
+    return table
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    name: str
+    conventions: Conventions
+    capabilities: Mapping[str, Capability]
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray: ...
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> Mapping[str, np.ndarray]: ...
+
+    def environment(self) -> dict[str, str]: ...
+
+
+class ContractError(Exception):
+    """An object offered as an adapter does not meet this contract."""
+
+
+def validate(obj: object, origin: str) -> Adapter:
+    """Check an adapter object against the contract; raise ContractError with one line if it fails."""
+    missing = [
+        a for a in ("name", "conventions", "capabilities", "forward", "vjp", "environment") if not hasattr(obj, a)
+    ]
+    if missing:
+        raise ContractError(
+            f"{origin} is not an adapter: it has no {', '.join(missing)} (see docs/adapter-contract.md)"
+        )
+    assert isinstance(obj, Adapter)
+    if not isinstance(obj.name, str) or not obj.name:
+        raise ContractError(f"{origin}: adapter.name must be a non-empty string")
+    if not isinstance(obj.conventions, Conventions):
+        raise ContractError(f"{origin}: adapter.conventions must be an adapters.Conventions")
+    for op, cap in obj.capabilities.items():
+        if op not in OPS:
+            raise ContractError(f"{origin}: declares unknown operation {op!r}; the contract defines {', '.join(OPS)}")
+        if not isinstance(cap, Capability):
+            raise ContractError(f"{origin}: capabilities[{op!r}] must be an adapters.Capability")
+        bad = sorted(set(cap.dtypes) - set(DTYPES))
+        if bad:
+            raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")
+    return obj

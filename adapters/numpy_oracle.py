@@ -1,0 +1,56 @@
+"""The oracle itself as a candidate: float64 NumPy, rounded once to the dtype under test.
+
+A self-check of the suite: the oracle must pass every check, in every dtype, within half an ulp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from adapters.contract import OPS, Capability, Conventions
+from conformance import oracle
+from conformance.dtypes import dtype_name, fmt
+from reference.swiglu import swiglu_hidden_dim
+
+
+def _as_float64(op: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Floating inputs widened to float64 (exactly: every tested dtype embeds in it); integers kept."""
+    return {k: v if k in OPS[op].int_inputs else np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
+
+
+class NumpyAdapter:
+    """The built-in ``numpy`` adapter."""
+
+    name = "numpy"
+
+    def __init__(self, rope_layout: str = "interleaved") -> None:
+        self.conventions = Conventions(
+            rope_layout=rope_layout,  # type: ignore[arg-type]
+            rope_angle_dtype="float64",
+            compute_dtype="float64",
+            eps_defaults={"rms_norm": 1e-6, "layer_norm": 1e-5},
+        )
+        self.capabilities = {op: Capability() for op in OPS}
+
+    def environment(self) -> dict[str, str]:
+        return {"numpy": np.__version__, "device": "cpu"}
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "swiglu_hidden_dim":
+            return np.asarray(
+                swiglu_hidden_dim(params["d"], params.get("multiple_of", 256), params.get("ffn_dim_multiplier"))
+            )
+        dtype = fmt(dtype_name(inputs[OPS[op].inputs[0]]))
+        return dtype.round(oracle.forward(op, _as_float64(op, inputs), params, self.conventions, dtype))
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        dtype = fmt(dtype_name(inputs[OPS[op].inputs[0]]))
+        grads = oracle.vjp(
+            op, _as_float64(op, inputs), params, self.conventions, dtype, np.asarray(cotangent, dtype=np.float64)
+        )
+        return {k: dtype.round(v) for k, v in grads.items()}

@@ -1,0 +1,68 @@
+"""Finding adapters: built-in names, ``package.module:attr`` paths, and installed plugins."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib.metadata import entry_points
+
+from adapters.contract import Adapter, ContractError, validate
+
+#: Built-in adapters: name -> "module:factory".
+BUILTIN: dict[str, str] = {
+    "numpy": "adapters.numpy_oracle:NumpyAdapter",
+    "torch": "adapters.torch_adapter:TorchAdapter",
+}
+
+#: Default adapters of a conformance run.
+DEFAULT = ("numpy", "torch")
+
+ENTRY_POINT_GROUP = "transformer_conformance.adapters"
+
+
+class AdapterLoadError(Exception):
+    """An adapter could not be found, imported or built; the message is one line."""
+
+
+def _plugins() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_names() -> list[str]:
+    return sorted(set(BUILTIN) | set(_plugins()))
+
+
+def load_adapter(spec: str, device: str = "cpu") -> Adapter:
+    """Build the adapter named by ``spec``: a built-in or plugin name, or ``package.module:attr``.
+
+    ``attr`` may be an adapter object, or a class or function returning one (called with ``device=``
+    when it accepts that keyword).
+    """
+    target = BUILTIN.get(spec) or _plugins().get(spec)
+    if target is None:
+        if ":" not in spec:
+            raise AdapterLoadError(
+                f"unknown adapter {spec!r}; built-in adapters: {', '.join(known_names())}; or give package.module:attr"
+            )
+        target = spec
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+        raise AdapterLoadError(
+            f"adapter {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise AdapterLoadError(f"adapter {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "forward")):
+        try:
+            params = inspect.signature(obj).parameters
+            obj = obj(device=device) if "device" in params else obj()
+        except Exception as exc:  # noqa: BLE001
+            raise AdapterLoadError(f"adapter {spec!r}: building it failed: {type(exc).__name__}: {exc}") from None
+    try:
+        return validate(obj, f"adapter {spec!r}")
+    except ContractError as exc:
+        raise AdapterLoadError(str(exc)) from None

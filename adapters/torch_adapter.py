@@ -1,0 +1,152 @@
+"""PyTorch as a candidate: torch.nn.functional where it has the operation, plain torch code elsewhere.
+
+Runs on CPU, and on CUDA with ``--device cuda`` when a GPU is present. Gradients come from autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from adapters.contract import OPS, Capability, Conventions
+
+_TORCH_DTYPES = {
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(ml_dtypes.bfloat16): torch.bfloat16,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.int64): torch.int64,
+}
+
+
+def to_torch(a: np.ndarray, device: str) -> torch.Tensor:
+    """A NumPy array as a tensor of the matching dtype (bfloat16 goes through float32, exactly)."""
+    if a.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(a.astype(np.float32)).to(device=device, dtype=torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=_TORCH_DTYPES[a.dtype])
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor back as a NumPy array of its own dtype (bfloat16 as ml_dtypes.bfloat16)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def rope_torch(
+    x: torch.Tensor, positions: torch.Tensor, base: float, rotary_dim: int | None, layout: str
+) -> torch.Tensor:
+    """RoPE in plain torch: angles in float32, rotation in float32, one rounding to x's dtype."""
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    inv_freq = 1.0 / (base ** (torch.arange(0, rd, 2, device=x.device, dtype=torch.int64).float() / rd))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos(), angles.sin()
+    xf = x.float()
+    rot, rest = xf[..., :rd], xf[..., rd:]
+    if layout == "interleaved":
+        a, b = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    else:
+        a, b = rot[..., : rd // 2], rot[..., rd // 2 :]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return torch.cat((out, rest), dim=-1).to(x.dtype)
+
+
+def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5 if eps is None else eps)
+
+    def rope(
+        x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, rotary_dim: int | None = None
+    ) -> torch.Tensor:
+        return rope_torch(x, positions, base, rotary_dim, adapter.conventions.rope_layout)
+
+    def swiglu_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return (F.silu(x @ w1) * (x @ w3)) @ w2
+
+    def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, targets, reduction="none")
+
+    def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
+        return alpha * torch.logsumexp(logits, dim=-1) ** 2
+
+    return {f.__name__: f for f in (rms_norm, layer_norm, rope, swiglu_mlp, cross_entropy, z_loss)}
+
+
+def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """The hidden width as LLaMA-style model code computes it: 4d, two thirds of that, rounded up."""
+    hidden = int(2 * (4 * d) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+class TorchAdapter:
+    """The built-in ``torch`` adapter."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cpu", rope_layout: str = "half") -> None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+        self.device = device
+        self.conventions = Conventions(
+            rope_layout=rope_layout,  # type: ignore[arg-type]
+            rope_angle_dtype="float32",
+            compute_dtype="float32",
+            norm_rounding="single",
+            # x @ w1, silu, the product and @ w2 each round to the input dtype; so do log_softmax's
+            # intermediates and saved output, and logsumexp's.
+            # The CPU layer_norm backward kernel rounds an intermediate and the weight and bias gradients'
+            # partial sums to bfloat16/float16 (measured: ∂L/∂β of three rows off by one ulp).
+            unfused=frozenset({"swiglu_mlp", "cross_entropy", "z_loss", "layer_norm.vjp"}),
+            low_precision_sums=frozenset({"layer_norm.vjp"}),
+            # F.rms_norm(eps=None) uses float32's machine epsilon for every input dtype here (its opmath
+            # type), not the input dtype's: measured on torch 2.13 CPU, and held to by the suite.
+            eps_defaults={"rms_norm": float(torch.finfo(torch.float32).eps), "layer_norm": 1e-5},
+        )
+        self.capabilities = {op: Capability() for op in OPS}
+        self.impl = _ops(self)
+
+    def environment(self) -> dict[str, str]:
+        env = {"torch": torch.__version__, "numpy": np.__version__, "device": self.device}
+        if self.device.startswith("cuda"):
+            env["gpu"] = torch.cuda.get_device_name(self.device)
+        return env
+
+    def _call(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        spec = OPS[op]
+        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
+        for k in spec.inputs:
+            tensors[k].requires_grad_(grad)
+        out = self.impl[op](**tensors, **params)
+        return out, tensors
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "swiglu_hidden_dim":
+            return np.asarray(llama_hidden_dim(**params))
+        with torch.no_grad():
+            out, _ = self._call(op, inputs, params, grad=False)
+        return to_numpy(out)
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        out, tensors = self._call(op, inputs, params, grad=True)
+        out.backward(to_torch(cotangent, self.device))
+        grads = {}
+        for k in OPS[op].inputs:
+            g = tensors[k].grad
+            grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
+        return grads
