@@ -1,0 +1,1 @@
+"""Hypothesis-driven conformance checks: agreement with the oracle and the seeds' properties."""

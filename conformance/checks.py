@@ -1,0 +1,178 @@
+"""What every check does with a candidate: call it safely, validate what came back, compare in ulps.
+
+Failure messages read "got X, should be Y [the call]". Anything the candidate does wrong — raising,
+returning NaN, the wrong shape or dtype — is a failed check with the example attached, never a crash
+of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import target
+
+from adapters.contract import OPS, Adapter
+from conformance import budgets, oracle
+from conformance.dtypes import Format, dtype_name
+from conformance.error_model import Tracked, allowed_error
+from conformance.strategies import Case
+
+
+class CheckFailure(AssertionError):
+    """A candidate's answer is not what the behaviour requires."""
+
+
+@dataclass
+class Record:
+    """What a check observed across all its examples; written to the report."""
+
+    check_id: str
+    behaviour: str
+    property: str
+    cites: str
+    examples: int = 0
+    max_ulp: float | None = None
+    budget_used: float | None = None
+    worst: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Record({self.check_id!r})"
+
+    def observe(self, max_ulp: float, budget_used: float, where: str) -> None:
+        if self.budget_used is None or budget_used > self.budget_used:
+            self.budget_used, self.worst = budget_used, where
+        if self.max_ulp is None or max_ulp > self.max_ulp:
+            self.max_ulp = max_ulp
+
+
+def describe_call(
+    adapter: Adapter, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], kind: str = ""
+) -> str:
+    args = [f"{k}: {dtype_name(v)}{list(v.shape)}" for k, v in inputs.items()]
+    args += [f"{k}={v!r}" for k, v in params.items()]
+    return f"{adapter.name}.{op}{'.' + kind if kind else ''}({', '.join(args)})"
+
+
+def _invoke(call: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except CheckFailure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a candidate's exception is a verdict
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckFailure(f"raised {type(exc).__name__}: {first} [{call}]") from None
+
+
+def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: str) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise CheckFailure(f"{what}: got a {type(out).__name__}, should be a numpy.ndarray [{call}]")
+    if out.shape != shape:
+        raise CheckFailure(f"{what}: got shape {list(out.shape)}, should be {list(shape)} [{call}]")
+    if out.dtype != dtype.np_dtype:
+        raise CheckFailure(f"{what}: got dtype {dtype_name(out)}, should be {dtype.name} [{call}]")
+    return out
+
+
+def compare(
+    got: np.ndarray, expected: np.ndarray, budget: Tracked, dtype: Format, what: str, call: str, record: Record
+) -> None:
+    """Fail unless every element is within its error budget of the oracle; record the worst ulp error."""
+    g = got.astype(np.float64)
+    exp = np.asarray(expected, dtype=np.float64)
+    allowed = allowed_error(budget, dtype)
+    # where the exact value is within the budget of the overflow threshold, ±inf and ±max are both
+    # correct roundings of what a correct candidate computes
+    threshold = dtype.max_finite + 0.5 * float(dtype.ulp(dtype.max_finite))
+    overflow = np.abs(exp) + allowed >= threshold
+    bad_nonfinite = np.isnan(g) | (~np.isfinite(g) & ~overflow)
+    if bad_nonfinite.any():
+        i = _index(bad_nonfinite)
+        raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} [{call}]")
+    must_overflow = np.abs(exp) - allowed >= threshold
+    wrong = (must_overflow & (g != np.copysign(np.inf, exp))) | (
+        overflow & ~must_overflow & (np.sign(g) != np.sign(exp)) & (g != 0)
+    )
+    if wrong.any():
+        i = _index(wrong)
+        raise CheckFailure(
+            f"{what}: got {g[i]} at {i}, should be {np.copysign(np.inf, exp[i])} (the exact value "
+            f"{exp[i]:.6g} overflows {dtype.name}) [{call}]"
+        )
+    near_max = overflow & (np.abs(g) >= dtype.max_finite)
+    err = np.where(near_max, 0.0, np.abs(g - exp))
+    # ulps are counted at the element's condition scale: the larger of |value| and the magnitude of the
+    # terms that make it up (equal to |value| where nothing cancels, as in a norm's forward)
+    ulp = dtype.ulp(np.maximum(np.abs(exp), budget.m))
+    used = err / allowed
+    if used.size == 0:
+        return
+    worst = _index(used == used.max())
+    ulps = err / ulp
+    where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
+    record.observe(float(ulps.max()), float(used.max()), where)
+    target(float(used.max()), label=f"{what} error / budget")
+    if used.max() > 1.0:
+        raise CheckFailure(
+            f"{what}: got {g[worst]:.8g} at {worst}, should be {exp[worst]:.8g} ± {allowed[worst]:.3g} "
+            f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp) [{call}]"
+        )
+
+
+def _index(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def call_op(
+    adapter: Adapter,
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    params: Mapping[str, Any],
+    call: str,
+    *cotangent: np.ndarray,
+) -> Any:
+    """Call ``forward`` (or ``vjp`` when a cotangent is given) on copies of the inputs, and fail if the
+    candidate wrote into them without declaring the operation in-place."""
+    copies = {k: v.copy() for k, v in inputs.items()}
+    fn = adapter.vjp if cotangent else adapter.forward
+    out = _invoke(call, fn, op, copies, params, *cotangent)
+    if op not in adapter.conventions.in_place_ops:
+        for k, v in copies.items():
+            if not np.array_equal(v, inputs[k], equal_nan=True):
+                raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
+    return out
+
+
+def check_forward(adapter: Adapter, op: str, case: Case, dtype: Format, record: Record) -> np.ndarray:
+    """The candidate's forward output agrees with the oracle within its declared rounding budget."""
+    call = describe_call(adapter, op, case.inputs, case.params)
+    values = case.values()
+    expected = oracle.forward(op, values, case.params, adapter.conventions, dtype)
+    got = call_op(adapter, op, case.inputs, case.params, call)
+    got = _validate(got, expected.shape, dtype, f"{op} output", call)
+    record.examples += 1
+    budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
+    compare(got, expected, budget, dtype, f"{op} output", call, record)
+    return got
+
+
+def check_vjp(adapter: Adapter, op: str, case: Case, cot: np.ndarray, dtype: Format, record: Record) -> None:
+    """Every gradient the candidate returns agrees with the oracle's VJP within its budget."""
+    call = describe_call(adapter, op, case.inputs, case.params, kind="vjp")
+    values = case.values()
+    g = cot.astype(np.float64)
+    expected = oracle.vjp(op, values, case.params, adapter.conventions, dtype, g)
+    got = call_op(adapter, op, case.inputs, case.params, call, cot)
+    if not isinstance(got, Mapping):
+        raise CheckFailure(f"vjp: got a {type(got).__name__}, should be a mapping of input name to gradient [{call}]")
+    missing = [k for k in OPS[op].inputs if k not in got]
+    if missing:
+        raise CheckFailure(f"vjp: got gradients for {sorted(got)}, should include {missing} [{call}]")
+    record.examples += 1
+    budget = budgets.VJP[op](values, case.params, adapter.conventions, dtype, g)
+    for name in OPS[op].inputs:
+        grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
+        compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record)

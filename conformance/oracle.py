@@ -1,0 +1,59 @@
+"""The oracle applied under a candidate's declared conventions (RoPE layout, eps default)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+import reference as ref
+from adapters.contract import OPS, Conventions
+from conformance.budgets import resolve_eps
+from conformance.dtypes import Format
+
+F64 = NDArray[np.float64]
+
+
+def forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Conventions, dtype: Format) -> F64:
+    """The exact float64 output of ``op`` on the float64 values ``x``."""
+    if op == "rms_norm":
+        return ref.rms_norm(x["x"], x["weight"], resolve_eps(op, params.get("eps"), dtype, conv))
+    if op == "layer_norm":
+        return ref.layer_norm(x["x"], x["weight"], x["bias"], resolve_eps(op, params.get("eps"), dtype, conv))
+    if op == "rope":
+        return ref.rope(x["x"], x["positions"], params.get("base", 10000.0), params.get("rotary_dim"), conv.rope_layout)
+    if op == "swiglu_mlp":
+        return ref.swiglu_mlp(x["x"], x["w1"], x["w3"], x["w2"])
+    if op == "cross_entropy":
+        return ref.cross_entropy(x["logits"], x["targets"])
+    if op == "z_loss":
+        return ref.z_loss(x["logits"], params.get("alpha", ref.losses.Z_LOSS_ALPHA))
+    raise KeyError(op)
+
+
+def vjp(
+    op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Conventions, dtype: Format, g: F64
+) -> dict[str, F64]:
+    """The exact float64 gradients of ``op``, one per differentiable input."""
+    grads: tuple[F64, ...]
+    if op == "rms_norm":
+        grads = ref.rms_norm_vjp(x["x"], x["weight"], resolve_eps(op, params.get("eps"), dtype, conv), g)
+    elif op == "layer_norm":
+        grads = ref.layer_norm_vjp(x["x"], x["weight"], x["bias"], resolve_eps(op, params.get("eps"), dtype, conv), g)
+    elif op == "rope":
+        grads = (
+            ref.rope_vjp(
+                x["x"], x["positions"], g, params.get("base", 10000.0), params.get("rotary_dim"), conv.rope_layout
+            ),
+        )
+    elif op == "swiglu_mlp":
+        grads = ref.swiglu_mlp_vjp(x["x"], x["w1"], x["w3"], x["w2"], g)
+    elif op == "cross_entropy":
+        grads = (ref.cross_entropy_vjp(x["logits"], x["targets"], g),)
+    elif op == "z_loss":
+        grads = (ref.z_loss_vjp(x["logits"], g, params.get("alpha", ref.losses.Z_LOSS_ALPHA)),)
+    else:
+        raise KeyError(op)
+    return dict(zip(OPS[op].inputs, grads, strict=True))

@@ -1,0 +1,277 @@
+"""The pytest plugin behind ``nox -s conformance``: options, fixtures, verdicts and the report.
+
+Options (after ``--`` in nox): ``--adapter NAME|package.module:attr`` (repeatable or comma-separated;
+default: the built-in default adapters), ``--dtype`` (repeatable), ``--device``, ``--report-dir``.
+Hypothesis's own ``--hypothesis-profile`` and ``--hypothesis-seed`` apply as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+from adapters.contract import Adapter
+from adapters.registry import DEFAULT, AdapterLoadError, load_adapter
+from conformance import profiles
+from conformance.checks import CheckFailure, Record
+from conformance.dtypes import TESTED_DTYPES, Format, fmt
+
+settings.load_profile(profiles.DEFAULT_PROFILE)
+
+ADAPTERS_KEY = pytest.StashKey[list[Adapter]]()
+RECORD_KEY = pytest.StashKey[Record]()
+RESULTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
+STARTED_KEY = pytest.StashKey[float]()
+
+UNSUPPORTED = "unsupported: "
+SPEC = "spec"  # adapter column of checks that test the specification itself, not a candidate
+
+
+def check(id: str, behaviour: str, prop: str, cites: str, op: str | None = None, grad: bool = False) -> Any:
+    """Mark a test as a conformance check. ``op``: the contract operation it needs from the adapter
+    (``grad``: and its VJP); the check is *unsupported* for an adapter that does not declare them."""
+    return pytest.mark.conformance(id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "transformer building-block conformance")
+    group.addoption(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="adapter to check: a built-in name, an installed plugin, or package.module:attr "
+        f"(repeatable, comma-separated; default: {','.join(DEFAULT)})",
+    )
+    group.addoption(
+        "--dtype",
+        action="append",
+        default=[],
+        metavar="DTYPE",
+        help=f"dtype to check (repeatable; default: all of {', '.join(TESTED_DTYPES)})",
+    )
+    group.addoption("--device", default="cpu", help="device for built-in adapters: cpu or cuda (default: cpu)")
+    group.addoption(
+        "--report-dir",
+        default="reports/out",
+        metavar="DIR",
+        help="where report.json and report.md are written (default: reports/out)",
+    )
+
+
+def _split(values: list[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "conformance(id, behaviour, prop, cites, op, grad): a conformance check")
+    for d in _split(config.getoption("dtype")):
+        if d not in TESTED_DTYPES:
+            raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
+    specs = _split(config.getoption("adapter")) or list(DEFAULT)
+    adapters: list[Adapter] = []
+    for spec in specs:
+        try:
+            adapters.append(load_adapter(spec, device=config.getoption("device")))
+        except AdapterLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    names = [a.name for a in adapters]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise pytest.UsageError(f"two adapters share the name {dupes[0]!r}; each adapter needs its own name")
+    config.stash[ADAPTERS_KEY] = adapters
+    config.stash[RESULTS_KEY] = {}
+    config.stash[STARTED_KEY] = time.time()
+    report_dir = Path(config.getoption("report_dir"))
+    if not hasattr(config, "workerinput"):
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            probe = report_dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise pytest.UsageError(f"cannot write the report to {str(report_dir)!r}: {exc.strerror or exc}") from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "adapter" in metafunc.fixturenames:
+        adapters = metafunc.config.stash[ADAPTERS_KEY]
+        metafunc.parametrize("adapter", adapters, ids=[a.name for a in adapters], scope="session")
+    if "dtype" in metafunc.fixturenames:
+        names = _split(metafunc.config.getoption("dtype")) or list(TESTED_DTYPES)
+        metafunc.parametrize("dtype", [fmt(n) for n in names], ids=names, scope="session")
+
+
+def _marker(item: pytest.Item) -> dict[str, Any]:
+    m = item.get_closest_marker("conformance")
+    return dict(m.kwargs) if m else {}
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Record:
+    meta = _marker(request.node)
+    rec = Record(
+        meta.get("id", request.node.name), meta.get("behaviour", ""), meta.get("prop", ""), meta.get("cites", "")
+    )
+    request.node.stash[RECORD_KEY] = rec
+    return rec
+
+
+@pytest.fixture(autouse=True)
+def declared_support(request: pytest.FixtureRequest) -> None:
+    """Skip, as *unsupported*, a check whose operation, dtype or gradient the adapter does not declare."""
+    meta = _marker(request.node)
+    op = meta.get("op")
+    if op is None or "adapter" not in request.fixturenames:
+        return
+    adapter: Adapter = request.getfixturevalue("adapter")
+    cap = adapter.capabilities.get(op)
+    if cap is None:
+        pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op}")
+    if "dtype" in request.fixturenames:
+        dtype: Format = request.getfixturevalue("dtype")
+        if dtype.name not in cap.dtypes:
+            pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
+    if meta.get("grad") and not cap.grad:
+        pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
+
+
+def _failure(call: pytest.CallInfo[None]) -> dict[str, Any]:
+    exc = call.excinfo.value if call.excinfo else None
+    if exc is None:
+        return {}
+    leaves = _leaves(exc)
+    verdict = all(isinstance(e, CheckFailure) for e in leaves)
+    notes = [n for e in [exc, *leaves] for n in getattr(e, "__notes__", []) if n.strip()]
+    first = leaves[0]
+    message = str(first).strip() if isinstance(first, CheckFailure) else f"{type(first).__name__}: {str(first).strip()}"
+    if len(leaves) > 1:
+        message += (
+            f"\n(and {len(leaves) - 1} more distinct failure{'s' if len(leaves) > 2 else ''}: "
+            + "; ".join(str(e).strip().splitlines()[0] for e in leaves[1:4])
+            + ")"
+        )
+    return {"message": message, "counterexample": "\n".join(notes), "verdict": verdict}
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The individual failures inside Hypothesis's groups of distinct (or flaky) failures."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
+    meta = _marker(item)
+    if not meta:
+        return rep
+    params = getattr(item, "callspec", None)
+    adapter = params.params.get("adapter") if params else None
+    dtype = params.params.get("dtype") if params else None
+    payload: dict[str, Any] = {
+        "check": meta["id"],
+        "behaviour": meta["behaviour"],
+        "property": meta["prop"],
+        "cites": meta["cites"],
+        "adapter": adapter.name if adapter is not None else SPEC,
+        "dtype": dtype.name if dtype is not None else None,
+        "phase": rep.when,
+    }
+    rec = item.stash.get(RECORD_KEY, None)
+    if rec is not None and rep.when == "call":
+        payload.update(
+            examples=rec.examples,
+            max_ulp=rec.max_ulp,
+            budget_used=rec.budget_used,
+            worst=rec.worst,
+            **({"extra": rec.extra} if rec.extra else {}),
+        )
+    if rep.failed:
+        payload.update(_failure(call))
+    if rep.skipped and isinstance(rep.longrepr, tuple):
+        payload["message"] = str(rep.longrepr[2]).removeprefix("Skipped: ")
+    rep.user_properties.append(("conformance", json.dumps(payload, default=str)))
+    return rep
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Runs in the controller (also under xdist): fold each phase's payload into one result per check."""
+    config = _CONFIG.get("config")
+    if config is None:
+        return
+    for key, value in report.user_properties:
+        if key != "conformance":
+            continue
+        p = json.loads(str(value))
+        results = config.stash[RESULTS_KEY]
+        r = results.setdefault(
+            report.nodeid,
+            {
+                "nodeid": report.nodeid,
+                **{k: p[k] for k in ("check", "behaviour", "property", "cites", "adapter", "dtype")},
+                "status": "passed",
+                "duration_s": 0.0,
+            },
+        )
+        r["duration_s"] += report.duration
+        for k in ("examples", "max_ulp", "budget_used", "worst", "extra"):
+            if k in p:
+                r[k] = p[k]
+        if report.skipped:
+            msg = p.get("message", "")
+            r["status"] = "unsupported" if msg.startswith(UNSUPPORTED) else "skipped"
+            r["message"] = msg.removeprefix(UNSUPPORTED)
+        elif report.failed:
+            verdict = p.get("verdict", False) and p["phase"] == "call"
+            if r["status"] != "failed":
+                r["status"] = "failed" if verdict else "error"
+            r.setdefault("message", p.get("message", ""))
+            if p.get("counterexample"):
+                r.setdefault("counterexample", p["counterexample"])
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG["config"] = session.config
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput") or RESULTS_KEY not in config.stash:
+        return
+    from reports.writer import write_reports
+
+    paths = write_reports(
+        Path(config.getoption("report_dir")),
+        results=list(config.stash[RESULTS_KEY].values()),
+        adapters=config.stash[ADAPTERS_KEY],
+        profile=settings._current_profile or profiles.DEFAULT_PROFILE,
+        seed=config.getoption("hypothesis_seed", None),
+        started=config.stash[STARTED_KEY],
+        exitstatus=int(exitstatus),
+    )
+    config.stash[REPORT_PATHS_KEY] = paths
+
+
+REPORT_PATHS_KEY = pytest.StashKey[list[Path]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    paths = config.stash.get(REPORT_PATHS_KEY, None)
+    if paths:
+        terminalreporter.write_sep("-", "conformance report")
+        for p in paths:
+            terminalreporter.write_line(f"  {p}")

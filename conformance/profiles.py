@@ -1,0 +1,24 @@
+"""Hypothesis profiles of the suite: select one with pytest's ``--hypothesis-profile=NAME``.
+
+* ``ci`` (the default) — derandomised: the same examples on every run and machine, so a gate's verdict
+  depends only on the candidate. Failures print the ``@reproduce_failure`` blob.
+* ``dev`` — quick and random: a different sample each run, for local iteration.
+* ``thorough`` — many more examples, random, for a release or a new kernel.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+
+COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+settings.register_profile("ci", derandomize=True, database=None, max_examples=40, **COMMON)  # type: ignore[arg-type]
+settings.register_profile("dev", max_examples=15, **COMMON)  # type: ignore[arg-type]
+settings.register_profile("thorough", max_examples=400, **COMMON)  # type: ignore[arg-type]
+
+DEFAULT_PROFILE = "ci"
+PROFILES = ("ci", "dev", "thorough")

@@ -1,0 +1,64 @@
+"""Shared machinery of property checks: comparing two candidate outputs that the spec says agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from adapters.contract import Adapter
+from conformance import budgets, oracle
+from conformance.checks import CheckFailure, Record, _invoke, _validate, describe_call
+from conformance.dtypes import Format
+from conformance.error_model import allowed_error
+from conformance.strategies import Case
+
+
+def run(
+    adapter: Adapter,
+    op: str,
+    inputs: dict[str, np.ndarray],
+    params: dict[str, Any],
+    dtype: Format,
+    shape: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Call the candidate; return (its output as float64, the allowed error of each element, the call)."""
+    call = describe_call(adapter, op, inputs, params)
+    out = _validate(_invoke(call, adapter.forward, op, inputs, params), shape, dtype, f"{op} output", call)
+    values = {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in inputs.items()}
+    allowed = allowed_error(budgets.FORWARD[op](values, params, adapter.conventions, dtype), dtype)
+    y = out.astype(np.float64)
+    if not np.isfinite(y).all():
+        want = oracle.forward(op, values, params, adapter.conventions, dtype)
+        i = tuple(int(j) for j in np.argwhere(~np.isfinite(y))[0])
+        raise CheckFailure(f"{op} output: got {y[i]} at {i}, should be {want[i]:.6g} [{call}]")
+    return y, allowed, call
+
+
+def check_invariance(
+    adapter: Adapter, op: str, case: Case, changed: dict[str, np.ndarray], dtype: Format, record: Record, how: str
+) -> None:
+    """The candidate's outputs on ``case`` and on ``changed`` inputs differ by no more than the oracle's
+    own outputs do (zero for an exact invariance, non-zero only through ε) plus both rounding budgets."""
+    values = case.values()
+    shape = oracle.forward(op, values, case.params, adapter.conventions, dtype).shape
+    y1, a1, call1 = run(adapter, op, case.inputs, case.params, dtype, shape)
+    y2, a2, _ = run(adapter, op, changed, case.params, dtype, shape)
+    changed64 = {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in changed.items()}
+    exact_gap = oracle.forward(op, changed64, case.params, adapter.conventions, dtype) - oracle.forward(
+        op, values, case.params, adapter.conventions, dtype
+    )
+    deviation = np.abs((y2 - y1) - exact_gap)  # zero for an exact invariance; ε makes the oracle's gap non-zero
+    allowed = a1 + a2
+    record.examples += 1
+    used = deviation / allowed
+    i = tuple(int(j) for j in np.unravel_index(np.argmax(used), used.shape))
+    ulp = dtype.ulp(np.abs(y1[i]))
+    record.observe(float(np.max(deviation / dtype.ulp(np.abs(y1)))), float(used[i]), f"{op} output at {i} under {how}")
+    if used[i] > 1.0:
+        moved = f" moved by the exact {exact_gap[i]:.3g}" if exact_gap[i] else ""
+        raise CheckFailure(
+            f"{op} under {how}: got {y2[i]:.8g} at {i}, should be {y1[i] + exact_gap[i]:.8g} ± {allowed[i]:.3g} "
+            f"(the unchanged input's output {y1[i]:.8g}{moved}; "
+            f"{deviation[i] / ulp:.3g} ulp off) [{call1}]"
+        )
