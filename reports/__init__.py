@@ -1,0 +1,1 @@
+"""Reports a person reads: the conformance report (report.json, report.md)."""

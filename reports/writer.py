@@ -1,0 +1,138 @@
+"""Writing a run's report: ``report.json`` (schema in docs/report.md) and ``report.md``.
+
+Both files are written atomically (a temporary file renamed over the old one), so an interrupted run
+leaves either the previous complete report or the new one, never a truncated file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from reports.markdown import render_markdown
+
+SCHEMA = "transformer-conformance/report"
+SCHEMA_VERSION = 1
+STATUSES = ("passed", "failed", "error", "unsupported", "skipped")
+
+
+def suite_version() -> str:
+    try:
+        return version("transformer-conformance")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _lib_versions(names: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def verdict(checks: Sequence[dict[str, Any]], exitstatus: int) -> str:
+    if exitstatus in (2, 3):  # interrupted or internal error: what is here is partial
+        return "incomplete"
+    if any(c["status"] in ("failed", "error") for c in checks):
+        return "non-conformant"
+    return "conformant"
+
+
+def build_report(
+    results: list[dict[str, Any]], adapters: Sequence[Any], profile: str, seed: Any, started: float, exitstatus: int
+) -> dict[str, Any]:
+    checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
+    summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "suite_version": suite_version(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 3),
+        "exit_status": exitstatus,
+        "verdict": verdict(checks, exitstatus),
+        "summary": summary,
+        "hypothesis": {"profile": profile, "seed": seed, "version": _lib_versions(["hypothesis"]).get("hypothesis")},
+        "environment": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "libraries": _lib_versions(
+                [
+                    "numpy",
+                    "ml_dtypes",
+                    "torch",
+                    "jax",
+                    "flax",
+                    "transformers",
+                    "triton",
+                    "liger-kernel",
+                    "pytest",
+                    "pytest-xdist",
+                ]
+            ),
+        },
+        "adapters": [
+            {
+                "name": a.name,
+                "conventions": a.conventions.describe(),
+                "capabilities": {op: {"dtypes": sorted(c.dtypes), "grad": c.grad} for op, c in a.capabilities.items()},
+                "environment": _safe_env(a),
+            }
+            for a in adapters
+        ],
+        "checks": checks,
+    }
+
+
+def _safe_env(adapter: Any) -> dict[str, str]:
+    try:
+        return {str(k): str(v) for k, v in adapter.environment().items()}
+    except Exception as exc:  # noqa: BLE001 - a report must not die of a candidate's environment()
+        return {"error": f"environment() raised {type(exc).__name__}: {exc}"}
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN or infinity: such numbers are written as strings ("inf", "nan")."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_reports(directory: Path, **kw: Any) -> list[Path]:
+    report = _finite(build_report(**kw))
+    json_path, md_path = directory / "report.json", directory / "report.md"
+    atomic_write(json_path, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
+    atomic_write(md_path, render_markdown(report))
+    return [json_path, md_path]
