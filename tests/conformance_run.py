@@ -1,0 +1,52 @@
+"""Running the conformance suite as a user does (a separate pytest process) and reading its report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    report_dir: Path
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return json.loads((self.report_dir / "report.json").read_text())
+
+    def checks(self, **match: Any) -> list[dict[str, Any]]:
+        return [c for c in self.report["checks"] if all(c.get(k) == v for k, v in match.items())]
+
+
+def run_suite(report_dir: Path, *args: str, timeout: float = 600) -> Run:
+    """``pytest ARGS --report-dir REPORT_DIR`` in the repository, as a subprocess; ARGS without a test path
+    run the whole conformance directory."""
+    paths = [] if any(a.startswith("conformance/") for a in args) else ["conformance"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *paths,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--report-dir",
+            str(report_dir),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr, report_dir)

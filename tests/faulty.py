@@ -1,0 +1,84 @@
+"""Candidates that misbehave in the ways real ones do: raise, return NaN, the wrong shape or dtype, or
+declare only part of the contract. Each is the NumPy oracle with one thing wrong in rms_norm."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from adapters import Capability
+from adapters.numpy_oracle import NumpyAdapter
+
+
+class Raises(NumpyAdapter):
+    name = "raises"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "rms_norm":
+            raise ValueError("kernel launch failed: <script>alert(1)</script>\nsecond line")
+        return super().forward(op, inputs, params)
+
+
+class ReturnsNaN(NumpyAdapter):
+    name = "returns-nan"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        out = super().forward(op, inputs, params)
+        if op == "rms_norm":
+            out = out.copy()
+            out.flat[-1] = np.nan
+        return out
+
+
+class WrongShape(NumpyAdapter):
+    name = "wrong-shape"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        out = super().forward(op, inputs, params)
+        return out[..., :-1] if op == "rms_norm" else out
+
+
+class WrongDtype(NumpyAdapter):
+    name = "wrong-dtype"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        out = super().forward(op, inputs, params)
+        return out.astype(np.float64) if op == "rms_norm" else out
+
+
+class ModifiesInput(NumpyAdapter):
+    name = "modifies-input"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        out = super().forward(op, inputs, params)
+        if op == "rms_norm":
+            inputs["x"][...] = 0
+        return out
+
+
+class OnlyRmsNormFloat32(NumpyAdapter):
+    """Declares one operation in one dtype, without gradients."""
+
+    name = "only-rms-float32"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capabilities = {"rms_norm": Capability(dtypes=frozenset({"float32"}), grad=False)}
+
+
+class NotAnAdapter:
+    name = "broken"
+
+
+def _with(**attrs: Any) -> NumpyAdapter:
+    adapter = NumpyAdapter()
+    for k, v in attrs.items():
+        setattr(adapter, k, v)
+    return adapter
+
+
+not_an_adapter = NotAnAdapter()
+bad_conventions = _with(conventions={"rope_layout": "half"})
+unknown_op = _with(capabilities={"flash_attention": Capability()})

@@ -1,0 +1,122 @@
+"""Command-line behaviour: bad options get one clear line and exit status 4; misbehaving candidates are
+verdicts in a complete report, never the end of the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conformance_run import Run, run_suite
+
+RMS = ("-k", "rms_norm", "conformance/test_rmsnorm.py")
+
+
+def _usage_error(tmp_path: Path, *args: str) -> str:
+    run = run_suite(tmp_path, *args, "conformance/test_rmsnorm.py")
+    assert run.returncode == 4, run.stdout[-1500:] + run.stderr[-1500:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--adapter", "nope"], "unknown adapter 'nope'; built-in adapters: numpy, torch"),
+        (["--adapter", "no_such_pkg.mod:Adapter"], "cannot import 'no_such_pkg.mod': ModuleNotFoundError"),
+        (["--adapter", "tests.faulty:Missing"], "module 'tests.faulty' has no attribute 'Missing'"),
+        (["--adapter", "tests.faulty:not_an_adapter"], "is not an adapter: it has no conventions"),
+        (["--adapter", "tests.faulty:bad_conventions"], "adapter.conventions must be an adapters.Conventions"),
+        (["--adapter", "tests.faulty:unknown_op"], "declares unknown operation 'flash_attention'"),
+        (["--adapter", "numpy,numpy"], "two adapters share the name 'numpy'"),
+        (["--dtype", "float8"], "unknown dtype 'float8'; expected one of float32, bfloat16, float16"),
+    ],
+    ids=[
+        "unknown-name",
+        "no-import",
+        "no-attr",
+        "not-adapter",
+        "bad-conventions",
+        "unknown-op",
+        "duplicate",
+        "bad-dtype",
+    ],
+)
+def test_bad_option_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    """Each malformed option stops the run with exit 4 and one line naming the problem."""
+    assert expected in _usage_error(tmp_path, *args)
+
+
+def test_unwritable_report_dir(tmp_path: Path) -> None:
+    """A report directory that cannot be written is a usage error, reported before any check runs."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run = run_suite(blocker / "sub", "--adapter", "numpy", "conformance/test_rmsnorm.py")
+    assert run.returncode == 4
+    assert "cannot write the report to" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    names = ["Raises", "ReturnsNaN", "WrongShape", "WrongDtype", "ModifiesInput", "OnlyRmsNormFloat32"]
+    return run_suite(
+        tmp_path_factory.mktemp("faulty"),
+        *[f"--adapter=tests.faulty:{n}" for n in names],
+        "conformance/test_rmsnorm.py",
+        "conformance/test_rope.py",
+    )
+
+
+@pytest.mark.parametrize(
+    ("adapter", "fragment"),
+    [
+        ("raises", "raised ValueError: kernel launch failed: <script>alert(1)</script> [raises.rms_norm("),
+        ("returns-nan", "rms_norm output: got nan at"),
+        ("wrong-shape", "rms_norm output: got shape"),
+        ("wrong-dtype", "rms_norm output: got dtype float64, should be"),
+        ("modifies-input", "modified its input x"),
+    ],
+)
+def test_misbehaving_candidate_is_a_failed_check(faulty_run: Run, adapter: str, fragment: str) -> None:
+    """Raising, NaN, wrong shape or dtype, or writing into an input: a failed check with the example."""
+    failed = faulty_run.checks(adapter=adapter, check="rms_norm/forward", status="failed")
+    assert len(failed) == 3, faulty_run.checks(adapter=adapter, check="rms_norm/forward")
+    assert fragment in failed[0]["message"]
+    assert failed[0]["counterexample"]
+
+
+def test_run_goes_on_after_misbehaviour(faulty_run: Run) -> None:
+    """Other behaviours of the misbehaving candidates are still checked, and pass; the run exits 1."""
+    assert faulty_run.returncode == 1
+    for adapter in ("raises", "returns-nan", "wrong-shape", "wrong-dtype", "modifies-input"):
+        rope = faulty_run.checks(adapter=adapter, behaviour="rope")
+        assert rope and all(c["status"] == "passed" for c in rope), rope
+
+
+def test_undeclared_is_unsupported_never_passed(faulty_run: Run) -> None:
+    """What an adapter does not declare is reported unsupported; only what it declares can pass."""
+    checks = faulty_run.checks(adapter="only-rms-float32")
+    passed = {(c["check"], c["dtype"]) for c in checks if c["status"] == "passed"}
+    assert passed == {("rms_norm/forward", "float32"), ("rms_norm/scale-invariance", "float32")}
+    unsupported = [c for c in checks if c["status"] == "unsupported"]
+    assert {c["behaviour"] for c in unsupported} == {"rms_norm", "rope"}
+    assert any("does not declare gradients of rms_norm" in c["message"] for c in unsupported)
+    assert any("does not declare rms_norm in bfloat16" in c["message"] for c in unsupported)
+
+
+def test_report_files(faulty_run: Run) -> None:
+    """report.json carries the schema, environment, adapters and per-check fields; report.md the matrix."""
+    r = faulty_run.report
+    assert (r["schema"], r["schema_version"]) == ("transformer-conformance/report", 1)
+    assert r["verdict"] == "non-conformant" and r["hypothesis"]["profile"] == "ci"
+    assert {a["name"] for a in r["adapters"]} >= {"raises", "only-rms-float32"}
+    assert r["summary"]["failed"] > 0 and r["summary"]["unsupported"] > 0
+    for c in r["checks"]:
+        assert {"check", "behaviour", "property", "cites", "adapter", "dtype", "status", "duration_s"} <= set(c)
+        assert c["cites"].startswith("seed-")
+    md = (faulty_run.report_dir / "report.md").read_text()
+    assert "**Verdict: non-conformant**" in md
+    assert "| rms_norm | `rms_norm/forward` | **FAIL**" in md
+    assert "## Time per behaviour" in md and "## Failures" in md
