@@ -1,0 +1,79 @@
+"""How long the CI-profile conformance run takes (a benchmark, never a test).
+
+Runs ``pytest conformance`` in a subprocess for each adapter given (default: torch), ``--repeat`` times,
+and prints wall time (median and spread) and the per-behaviour check time from the run's report.
+
+    python benchmarks/bench_conformance.py --adapter torch --repeat 3 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_once(adapter: str, workers: str, profile: str) -> tuple[float, dict[str, float], int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "conformance",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--adapter={adapter}",
+                f"--hypothesis-profile={profile}",
+                "--report-dir",
+                tmp,
+                *(["-n", workers] if workers != "0" else []),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - start
+        report = json.loads((Path(tmp) / "report.json").read_text())
+    per: dict[str, float] = defaultdict(float)
+    for c in report["checks"]:
+        per[c["behaviour"]] += c["duration_s"]
+    return wall, dict(per), proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--adapter", action="append", default=[], help="adapter(s) to time (default: torch)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", default="auto", help="pytest-xdist workers: a number, auto, or 0 for none")
+    ap.add_argument("--profile", default="ci")
+    args = ap.parse_args()
+    for adapter in args.adapter or ["torch"]:
+        walls, pers = [], []
+        for i in range(args.repeat):
+            wall, per, rc = run_once(adapter, args.workers, args.profile)
+            walls.append(wall)
+            pers.append(per)
+            print(f"{adapter} run {i + 1}/{args.repeat}: {wall:.1f} s (exit {rc})", flush=True)
+        print(
+            f"\n{adapter}, profile {args.profile}, workers {args.workers}: median {statistics.median(walls):.1f} s, "
+            f"min {min(walls):.1f} s, max {max(walls):.1f} s over {len(walls)} runs"
+        )
+        print("check time per behaviour (median, summed over workers):")
+        for b in sorted(pers[0]):
+            print(f"  {b:15s} {statistics.median(p.get(b, 0.0) for p in pers):6.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
