@@ -42,7 +42,10 @@ def conformance(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests: oracle vs finite differences, planted defects caught, report and CLI."""
     install(session, "torch", "dev")
-    session.run("pytest", "tests", *session.posargs)
+    args = list(session.posargs)
+    if not _has_n(args):
+        args = ["-n", "auto", *args]
+    session.run("pytest", "tests", *args)
 
 
 @nox.session(python=PYTHON)

@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import signal
+import threading
+
 import numpy as np
 from hypothesis import target
 
@@ -57,14 +60,42 @@ def describe_call(
     return f"{adapter.name}.{op}{'.' + kind if kind else ''}({', '.join(args)})"
 
 
+#: Seconds one call of a candidate may take before it is stopped as hung (``--example-timeout``).
+CALL_TIMEOUT = 60.0
+_HUNG: dict[str, str] = {}  # "adapter.op" -> the call that hung: later calls fail at once instead of waiting
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
 def _invoke(call: str, fn: Any, *args: Any) -> Any:
+    """Call the candidate; any exception, or a call that does not return within CALL_TIMEOUT, is a verdict."""
+    key = call.split("(", 1)[0]
+    if key in _HUNG:
+        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s earlier in this run (hung) [{_HUNG[key]}]")
+    timed = CALL_TIMEOUT > 0 and threading.current_thread() is threading.main_thread()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, CALL_TIMEOUT)
     try:
         return fn(*args)
     except CheckFailure:
         raise
+    except _Timeout:
+        _HUNG[key] = call
+        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s (hung) [{call}]") from None
     except Exception as exc:  # noqa: BLE001 - a candidate's exception is a verdict
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckFailure(f"raised {type(exc).__name__}: {first} [{call}]") from None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: str) -> np.ndarray:

@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from adapters.contract import Adapter
 from adapters.registry import DEFAULT, AdapterLoadError, load_adapter
-from conformance import profiles
+from conformance import checks, profiles
 from conformance.checks import CheckFailure, Record
 from conformance.dtypes import TESTED_DTYPES, Format, fmt
 
@@ -58,6 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--device", default="cpu", help="device for built-in adapters: cpu or cuda (default: cpu)")
     group.addoption(
+        "--example-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a candidate call that takes longer is stopped and fails as hung (default: 60; 0: no limit)",
+    )
+    group.addoption(
         "--report-dir",
         default="reports/out",
         metavar="DIR",
@@ -85,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise pytest.UsageError(f"two adapters share the name {dupes[0]!r}; each adapter needs its own name")
+    checks.CALL_TIMEOUT = float(config.getoption("example_timeout"))
     config.stash[ADAPTERS_KEY] = adapters
     config.stash[RESULTS_KEY] = {}
     config.stash[STARTED_KEY] = time.time()
@@ -209,11 +217,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     config = _CONFIG.get("config")
     if config is None:
         return
+    results = config.stash[RESULTS_KEY]
+    if report.failed and report.nodeid in results and not any(k == "conformance" for k, _ in report.user_properties):
+        # pytest-xdist's report for a worker that died mid-check: the candidate ended its own process
+        r = results[report.nodeid]
+        r["status"] = "failed"
+        r["duration_s"] += report.duration
+        first = str(report.longrepr).strip().splitlines()[0] if report.longrepr else ""
+        r.setdefault("message", f"the candidate ended the process running this check (crash, abort or exit): {first}")
+        return
     for key, value in report.user_properties:
         if key != "conformance":
             continue
         p = json.loads(str(value))
-        results = config.stash[RESULTS_KEY]
         r = results.setdefault(
             report.nodeid,
             {

@@ -8,7 +8,7 @@ import numpy as np
 
 from adapters.contract import Adapter
 from conformance import budgets, oracle
-from conformance.checks import CheckFailure, Record, _invoke, _validate, describe_call
+from conformance.checks import CheckFailure, Record, _validate, call_op, describe_call
 from conformance.dtypes import Format
 from conformance.error_model import allowed_error
 from conformance.strategies import Case
@@ -24,7 +24,7 @@ def run(
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Call the candidate; return (its output as float64, the allowed error of each element, the call)."""
     call = describe_call(adapter, op, inputs, params)
-    out = _validate(_invoke(call, adapter.forward, op, inputs, params), shape, dtype, f"{op} output", call)
+    out = _validate(call_op(adapter, op, inputs, params, call), shape, dtype, f"{op} output", call)
     values = {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in inputs.items()}
     allowed = allowed_error(budgets.FORWARD[op](values, params, adapter.conventions, dtype), dtype)
     y = out.astype(np.float64)

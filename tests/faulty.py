@@ -82,3 +82,43 @@ def _with(**attrs: Any) -> NumpyAdapter:
 not_an_adapter = NotAnAdapter()
 bad_conventions = _with(conventions={"rope_layout": "half"})
 unknown_op = _with(capabilities={"flash_attention": Capability()})
+
+
+class InterruptsRun(NumpyAdapter):
+    """Presses Ctrl-C (SIGINT to its own process) the first time it is asked for a RoPE."""
+
+    name = "interrupts"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "rope":
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().forward(op, inputs, params)
+
+
+class Hangs(NumpyAdapter):
+    """Never returns from rms_norm."""
+
+    name = "hangs"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "rms_norm":
+            import time
+
+            time.sleep(3600)
+        return super().forward(op, inputs, params)
+
+
+class EndsProcess(NumpyAdapter):
+    """Ends its own process from inside rms_norm, as a crashing kernel or a stray os._exit does."""
+
+    name = "ends-process"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "rms_norm":
+            import os
+
+            os._exit(3)
+        return super().forward(op, inputs, params)

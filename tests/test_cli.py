@@ -120,3 +120,50 @@ def test_report_files(faulty_run: Run) -> None:
     assert "**Verdict: non-conformant**" in md
     assert "| rms_norm | `rms_norm/forward` | **FAIL**" in md
     assert "## Time per behaviour" in md and "## Failures" in md
+
+
+def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path) -> None:
+    """Ctrl-C in the middle of a run: exit 2, and a complete report of the verdicts reached so far."""
+    run = run_suite(
+        tmp_path, "--adapter=tests.faulty:InterruptsRun", "conformance/test_rmsnorm.py", "conformance/test_rope.py"
+    )
+    assert run.returncode == 2, run.stdout[-1500:]
+    r = run.report
+    assert r["verdict"] == "incomplete"
+    rms = [c for c in r["checks"] if c["behaviour"] == "rms_norm"]
+    assert len(rms) >= 3 and all(c["status"] == "passed" for c in rms)  # the verdicts reached are kept
+    assert (tmp_path / "report.md").read_text().startswith("# Conformance report")
+
+
+def test_hang_is_stopped_and_reported(tmp_path: Path) -> None:
+    """A call that never returns is stopped after --example-timeout; the check fails as hung, the rest run."""
+    run = run_suite(
+        tmp_path,
+        "--adapter=tests.faulty:Hangs",
+        "--example-timeout=0.5",
+        "--dtype=float32",
+        "conformance/test_rmsnorm.py",
+        "conformance/test_rope.py",
+    )
+    assert run.returncode == 1
+    hung = run.checks(check="rms_norm/forward")[0]
+    assert hung["status"] == "failed" and "(hung)" in hung["message"]
+    assert all(c["status"] == "passed" for c in run.checks(behaviour="rope"))
+
+
+def test_crash_is_isolated(tmp_path: Path) -> None:
+    """A candidate that ends its process fails the check it was in; with -n the other checks still run."""
+    run = run_suite(
+        tmp_path,
+        "--adapter=tests.faulty:EndsProcess",
+        "--dtype=float32",
+        "-n",
+        "1",
+        "conformance/test_rmsnorm.py",
+        "conformance/test_rope.py",
+    )
+    assert run.returncode == 1, run.stdout[-2000:]
+    crashed = [c for c in run.checks(behaviour="rms_norm") if c["status"] == "failed"]
+    assert crashed and "ended the process" in crashed[0]["message"]
+    rope = run.checks(behaviour="rope")
+    assert rope and all(c["status"] == "passed" for c in rope)
