@@ -7,12 +7,11 @@ of the run.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import signal
-import threading
 
 import numpy as np
 from hypothesis import target
