@@ -12,6 +12,7 @@ from adapters.contract import Adapter, ContractError, validate
 BUILTIN: dict[str, str] = {
     "numpy": "adapters.numpy_oracle:NumpyAdapter",
     "torch": "adapters.torch_adapter:TorchAdapter",
+    "torch-compile": "adapters.torch_compile_adapter:TorchCompileAdapter",
 }
 
 #: Default adapters of a conformance run.
