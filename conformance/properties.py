@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from adapters.contract import Adapter
-from conformance import budgets, oracle
+from conformance import budgets, oracle, repro
 from conformance.checks import CheckFailure, Record, _invoke, _validate, describe_call
 from conformance.dtypes import Format
 from conformance.error_model import allowed_error
@@ -41,13 +41,37 @@ def check_invariance(
     """The candidate's outputs on ``case`` and on ``changed`` inputs differ by no more than the oracle's
     own outputs do (zero for an exact invariance, non-zero only through ε) plus both rounding budgets."""
     values = case.values()
-    shape = oracle.forward(op, values, case.params, adapter.conventions, dtype).shape
-    y1, a1, call1 = run(adapter, op, case.inputs, case.params, dtype, shape)
-    y2, a2, _ = run(adapter, op, changed, case.params, dtype, shape)
     changed64 = {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in changed.items()}
-    exact_gap = oracle.forward(op, changed64, case.params, adapter.conventions, dtype) - oracle.forward(
-        op, values, case.params, adapter.conventions, dtype
-    )
+    want1 = oracle.forward(op, values, case.params, adapter.conventions, dtype)
+    want2 = oracle.forward(op, changed64, case.params, adapter.conventions, dtype)
+    outs: list[np.ndarray | None] = [None, None]
+    try:
+        y1, a1, call1 = run(adapter, op, case.inputs, case.params, dtype, want1.shape)
+        outs[0] = y1
+        y2, a2, _ = run(adapter, op, changed, case.params, dtype, want1.shape)
+        outs[1] = y2
+        _compare_invariance(y1, a1, y2, a2, want2 - want1, dtype, record, op, how, call1)
+    except CheckFailure:
+        calls = [
+            repro.call("forward", case.inputs, case.params, want1, None if outs[0] is None else dtype.round(outs[0])),
+            repro.call("forward", changed, case.params, want2, None if outs[1] is None else dtype.round(outs[1])),
+        ]
+        repro.store(record, op, dtype.name, calls, relation="difference")
+        raise
+
+
+def _compare_invariance(
+    y1: np.ndarray,
+    a1: np.ndarray,
+    y2: np.ndarray,
+    a2: np.ndarray,
+    exact_gap: np.ndarray,
+    dtype: Format,
+    record: Record,
+    op: str,
+    how: str,
+    call1: str,
+) -> None:
     deviation = np.abs((y2 - y1) - exact_gap)  # zero for an exact invariance; ε makes the oracle's gap non-zero
     allowed = a1 + a2
     record.examples += 1
