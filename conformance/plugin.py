@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--report-dir",
         default="reports/out",
         metavar="DIR",
-        help="where report.json and report.md are written (default: reports/out)",
+        help="where the report files (report.json, .md, .html, junit.xml, badge.svg) go (default: reports/out)",
     )
 
 

@@ -169,6 +169,7 @@ def chart(title: str, points: list[tuple[str, float | None]], log: bool = False,
 
     coords = [(xy(i, v), label, v) for i, (label, v) in enumerate(points) if v is not None]
     line = " ".join(f"{x:.1f},{y:.1f}" for (x, y), _, _ in coords)
+    polyline = f'<polyline points="{line}" fill="none" stroke="#0969da" stroke-width="2"/>' if len(coords) > 1 else ""
     dots = "".join(
         f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="#0969da"><title>{esc(label)}: {esc(fmt_ulp(v))}{unit}'
         "</title></circle>"
@@ -184,7 +185,7 @@ def chart(title: str, points: list[tuple[str, float | None]], log: bool = False,
         f'<text x="2" y="{pad + 4}">{esc(fmt_ulp(top))}</text><text x="2" y="{h - pad}">{esc(fmt_ulp(bottom))}</text>'
         f'<text x="{pad}" y="{h - 8}">{esc(points[0][0][:10])}</text>'
         f'<text x="{w - pad}" y="{h - 8}" text-anchor="end">{esc(points[-1][0][:10])}</text>'
-        f'<polyline points="{line}" fill="none" stroke="#0969da" stroke-width="2"/>{dots}</svg>'
+        f"{polyline}{dots}</svg>"
     )
 
 
