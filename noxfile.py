@@ -1,5 +1,6 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests),
-``lint`` (ruff and mypy), ``bench`` (how long the CI-profile conformance run takes).
+``lint`` (ruff and mypy), ``bench`` (how long the CI-profile conformance run takes), ``report`` (merge
+report.json files into the static site under reports/site/).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
@@ -60,3 +61,13 @@ def bench(session: nox.Session) -> None:
     """Time the CI-profile conformance run of the torch adapter (a benchmark, never a test)."""
     install(session, "torch")
     session.run("python", "benchmarks/bench_conformance.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Merge report.json files into a static site: ``nox -s report -- out1/report.json out2/report.json``
+    (``-o DIR`` for another directory than reports/site/)."""
+    if not session.posargs:
+        session.error("give the report.json files to merge: nox -s report -- REPORT.json ...")
+    install(session)
+    session.run("python", "-m", "reports.dashboard", *session.posargs)

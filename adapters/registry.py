@@ -67,3 +67,8 @@ def load_adapter(spec: str, device: str = "cpu") -> Adapter:
         return validate(obj, f"adapter {spec!r}")
     except ContractError as exc:
         raise AdapterLoadError(str(exc)) from None
+
+
+def import_path(spec: str) -> str:
+    """The ``package.module:attr`` an adapter spec stands for (a built-in or plugin name resolved)."""
+    return BUILTIN.get(spec) or _plugins().get(spec) or spec

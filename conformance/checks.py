@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import target
 
 from adapters.contract import OPS, Adapter
-from conformance import budgets, oracle
+from conformance import budgets, oracle, repro
 from conformance.dtypes import Format, dtype_name
 from conformance.error_model import Tracked, allowed_error
 from conformance.strategies import Case
@@ -39,7 +39,9 @@ class Record:
     max_ulp: float | None = None
     budget_used: float | None = None
     worst: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: filled while the check runs (``extra["repro"]``: the failing call, conformance/repro.py); not an
+    #: init field, so Hypothesis's printed counterexample leaves it out
+    extra: dict[str, Any] = field(default_factory=dict, init=False)
 
     def __repr__(self) -> str:
         return f"Record({self.check_id!r})"
@@ -181,11 +183,16 @@ def check_forward(adapter: Adapter, op: str, case: Case, dtype: Format, record: 
     call = describe_call(adapter, op, case.inputs, case.params)
     values = case.values()
     expected = oracle.forward(op, values, case.params, adapter.conventions, dtype)
-    got = call_op(adapter, op, case.inputs, case.params, call)
-    got = _validate(got, expected.shape, dtype, f"{op} output", call)
-    record.examples += 1
-    budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
-    compare(got, expected, budget, dtype, f"{op} output", call, record)
+    got: Any = None
+    try:
+        got = call_op(adapter, op, case.inputs, case.params, call)
+        got = _validate(got, expected.shape, dtype, f"{op} output", call)
+        record.examples += 1
+        budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
+        compare(got, expected, budget, dtype, f"{op} output", call, record)
+    except CheckFailure:
+        repro.store(record, op, dtype.name, [repro.call("forward", case.inputs, case.params, expected, got)])
+        raise
     return got
 
 
@@ -195,14 +202,21 @@ def check_vjp(adapter: Adapter, op: str, case: Case, cot: np.ndarray, dtype: For
     values = case.values()
     g = cot.astype(np.float64)
     expected = oracle.vjp(op, values, case.params, adapter.conventions, dtype, g)
-    got = call_op(adapter, op, case.inputs, case.params, call, cot)
-    if not isinstance(got, Mapping):
-        raise CheckFailure(f"vjp: got a {type(got).__name__}, should be a mapping of input name to gradient [{call}]")
-    missing = [k for k in OPS[op].inputs if k not in got]
-    if missing:
-        raise CheckFailure(f"vjp: got gradients for {sorted(got)}, should include {missing} [{call}]")
-    record.examples += 1
-    budget = budgets.VJP[op](values, case.params, adapter.conventions, dtype, g)
-    for name in OPS[op].inputs:
-        grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
-        compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record)
+    got: Any = None
+    try:
+        got = call_op(adapter, op, case.inputs, case.params, call, cot)
+        if not isinstance(got, Mapping):
+            raise CheckFailure(
+                f"vjp: got a {type(got).__name__}, should be a mapping of input name to gradient [{call}]"
+            )
+        missing = [k for k in OPS[op].inputs if k not in got]
+        if missing:
+            raise CheckFailure(f"vjp: got gradients for {sorted(got)}, should include {missing} [{call}]")
+        record.examples += 1
+        budget = budgets.VJP[op](values, case.params, adapter.conventions, dtype, g)
+        for name in OPS[op].inputs:
+            grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
+            compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record)
+    except CheckFailure:
+        repro.store(record, op, dtype.name, [repro.call("vjp", case.inputs, case.params, expected, got, cot)])
+        raise

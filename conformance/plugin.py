@@ -17,7 +17,7 @@ import pytest
 from hypothesis import settings
 
 from adapters.contract import Adapter
-from adapters.registry import DEFAULT, AdapterLoadError, load_adapter
+from adapters.registry import DEFAULT, AdapterLoadError, import_path, load_adapter
 from conformance import checks, profiles
 from conformance.checks import CheckFailure, Record
 from conformance.dtypes import TESTED_DTYPES, Format, fmt
@@ -25,6 +25,7 @@ from conformance.dtypes import TESTED_DTYPES, Format, fmt
 settings.load_profile(profiles.DEFAULT_PROFILE)
 
 ADAPTERS_KEY = pytest.StashKey[list[Adapter]]()
+SPECS_KEY = pytest.StashKey[dict[str, str]]()  # adapter name -> package.module:attr it was loaded from
 RECORD_KEY = pytest.StashKey[Record]()
 RESULTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 STARTED_KEY = pytest.StashKey[float]()
@@ -68,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--report-dir",
         default="reports/out",
         metavar="DIR",
-        help="where report.json and report.md are written (default: reports/out)",
+        help="where the report files (report.json, .md, .html, junit.xml, badge.svg) go (default: reports/out)",
     )
 
 
@@ -94,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"two adapters share the name {dupes[0]!r}; each adapter needs its own name")
     checks.CALL_TIMEOUT = float(config.getoption("example_timeout"))
     config.stash[ADAPTERS_KEY] = adapters
+    config.stash[SPECS_KEY] = {a.name: import_path(spec) for a, spec in zip(adapters, specs, strict=True)}
     config.stash[RESULTS_KEY] = {}
     config.stash[STARTED_KEY] = time.time()
     report_dir = Path(config.getoption("report_dir"))
@@ -197,6 +199,12 @@ def pytest_runtest_makereport(
     }
     rec = item.stash.get(RECORD_KEY, None)
     if rec is not None and rep.when == "call":
+        if "repro" in rec.extra and adapter is not None:
+            rec.extra["repro"]["adapter"] = {
+                "name": adapter.name,
+                "spec": item.config.stash[SPECS_KEY].get(adapter.name, ""),
+                "device": item.config.getoption("device"),
+            }
         payload.update(
             examples=rec.examples,
             max_ulp=rec.max_ulp,
@@ -274,6 +282,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         Path(config.getoption("report_dir")),
         results=list(config.stash[RESULTS_KEY].values()),
         adapters=config.stash[ADAPTERS_KEY],
+        specs=config.stash[SPECS_KEY],
         profile=settings._current_profile or profiles.DEFAULT_PROFILE,
         seed=config.getoption("hypothesis_seed", None),
         started=config.stash[STARTED_KEY],

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from adapters.contract import Adapter
-from conformance import budgets, oracle
+from conformance import budgets, oracle, repro
 from conformance.checks import CheckFailure, Record, _validate, call_op, describe_call
 from conformance.dtypes import Format
 from conformance.error_model import allowed_error
@@ -41,20 +41,47 @@ def check_invariance(
     """The candidate's outputs on ``case`` and on ``changed`` inputs differ by no more than the oracle's
     own outputs do (zero for an exact invariance, non-zero only through ε) plus both rounding budgets."""
     values = case.values()
-    shape = oracle.forward(op, values, case.params, adapter.conventions, dtype).shape
-    y1, a1, call1 = run(adapter, op, case.inputs, case.params, dtype, shape)
-    y2, a2, _ = run(adapter, op, changed, case.params, dtype, shape)
     changed64 = {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in changed.items()}
-    exact_gap = oracle.forward(op, changed64, case.params, adapter.conventions, dtype) - oracle.forward(
-        op, values, case.params, adapter.conventions, dtype
-    )
+    want1 = oracle.forward(op, values, case.params, adapter.conventions, dtype)
+    want2 = oracle.forward(op, changed64, case.params, adapter.conventions, dtype)
+    outs: list[np.ndarray | None] = [None, None]
+    try:
+        y1, a1, call1 = run(adapter, op, case.inputs, case.params, dtype, want1.shape)
+        outs[0] = y1
+        y2, a2, _ = run(adapter, op, changed, case.params, dtype, want1.shape)
+        outs[1] = y2
+        scale = np.maximum(np.abs(want1), budgets.FORWARD[op](values, case.params, adapter.conventions, dtype).m)
+        _compare_invariance(y1, a1, y2, a2, want2 - want1, scale, dtype, record, op, how, call1)
+    except CheckFailure:
+        calls = [
+            repro.call("forward", case.inputs, case.params, want1, None if outs[0] is None else dtype.round(outs[0])),
+            repro.call("forward", changed, case.params, want2, None if outs[1] is None else dtype.round(outs[1])),
+        ]
+        repro.store(record, op, dtype.name, calls, relation="difference")
+        raise
+
+
+def _compare_invariance(
+    y1: np.ndarray,
+    a1: np.ndarray,
+    y2: np.ndarray,
+    a2: np.ndarray,
+    exact_gap: np.ndarray,
+    scale: np.ndarray,
+    dtype: Format,
+    record: Record,
+    op: str,
+    how: str,
+    call1: str,
+) -> None:
     deviation = np.abs((y2 - y1) - exact_gap)  # zero for an exact invariance; ε makes the oracle's gap non-zero
     allowed = a1 + a2
     record.examples += 1
     used = deviation / allowed
     i = tuple(int(j) for j in np.unravel_index(np.argmax(used), used.shape))
-    ulp = dtype.ulp(np.abs(y1[i]))
-    record.observe(float(np.max(deviation / dtype.ulp(np.abs(y1)))), float(used[i]), f"{op} output at {i} under {how}")
+    ulps = deviation / dtype.ulp(scale)  # at each element's condition scale, as for agreement checks
+    ulp = dtype.ulp(scale[i])
+    record.observe(float(np.max(ulps)), float(used[i]), f"{op} output at {i} under {how}")
     if used[i] > 1.0:
         moved = f" moved by the exact {exact_gap[i]:.3g}" if exact_gap[i] else ""
         raise CheckFailure(

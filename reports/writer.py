@@ -1,6 +1,8 @@
-"""Writing a run's report: ``report.json`` (schema in docs/report.md) and ``report.md``.
+"""Writing a run's report: ``report.json`` (schema in docs/report.md and reports/report.schema.json),
+``report.md``, ``report.html``, ``junit.xml`` and ``badge.svg``; and, when ``GITHUB_STEP_SUMMARY`` is set,
+report.md appended to GitHub's step summary.
 
-Both files are written atomically (a temporary file renamed over the old one), so an interrupted run
+Every file is written atomically (a temporary file renamed over the old one), so an interrupted run
 leaves either the previous complete report or the new one, never a truncated file.
 """
 
@@ -14,11 +16,14 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from reports.badge import render_badge
+from reports.html_report import render_html
+from reports.junit import render_junit
 from reports.markdown import render_markdown
 
 SCHEMA = "transformer-conformance/report"
@@ -47,6 +52,7 @@ def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # readable like any published file (mkstemp creates it private)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -66,7 +72,13 @@ def verdict(checks: Sequence[dict[str, Any]], exitstatus: int) -> str:
 
 
 def build_report(
-    results: list[dict[str, Any]], adapters: Sequence[Any], profile: str, seed: Any, started: float, exitstatus: int
+    results: list[dict[str, Any]],
+    adapters: Sequence[Any],
+    profile: str,
+    seed: Any,
+    started: float,
+    exitstatus: int,
+    specs: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
@@ -102,6 +114,7 @@ def build_report(
         "adapters": [
             {
                 "name": a.name,
+                **({"spec": specs[a.name]} if specs and a.name in specs else {}),
                 "conventions": a.conventions.describe(),
                 "capabilities": {op: {"dtypes": sorted(c.dtypes), "grad": c.grad} for op, c in a.capabilities.items()},
                 "environment": _safe_env(a),
@@ -132,7 +145,24 @@ def _finite(obj: Any) -> Any:
 
 def write_reports(directory: Path, **kw: Any) -> list[Path]:
     report = _finite(build_report(**kw))
-    json_path, md_path = directory / "report.json", directory / "report.md"
-    atomic_write(json_path, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
-    atomic_write(md_path, render_markdown(report))
-    return [json_path, md_path]
+    md = render_markdown(report)
+    files = {
+        "report.json": json.dumps(report, indent=2, allow_nan=False, default=str) + "\n",
+        "report.md": md,
+        "report.html": render_html(report),
+        "junit.xml": render_junit(report),
+        "badge.svg": render_badge(report),
+    }
+    for name, text in files.items():
+        atomic_write(directory / name, text)
+    append_step_summary(md)
+    return [directory / name for name in files]
+
+
+def append_step_summary(markdown: str) -> None:
+    """On GitHub Actions, add report.md to the job's summary page (the file GITHUB_STEP_SUMMARY names)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return
+    with open(target, "a", encoding="utf-8") as f:
+        f.write(markdown + "\n")

@@ -1,0 +1,323 @@
+"""``report.html``: the run for people to read and publish, in one self-contained file.
+
+Sections: the verdict and summary; the status matrix (checks grouped by behaviour × dtypes, one column
+group per adapter); the precision view (worst ulp error per behaviour and dtype, coloured by how much of
+its error budget it used); each failure with the property in words, the message, the shrunk
+counterexample and a standalone reproduction script; the checks and the seed statements they enforce;
+each adapter's declared conventions; the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from reports.html_page import (
+    DTYPE_ORDER,
+    STATUS_MARK,
+    STATUS_WORD,
+    data_url,
+    esc,
+    fmt_ulp,
+    legend,
+    page,
+    safe_filename,
+)
+from reports.repro_script import repro_script
+
+NONE = "—"  # the dtype column of checks that take no dtype
+
+
+def _dtypes(checks: list[dict[str, Any]]) -> list[str]:
+    present = {c["dtype"] or NONE for c in checks}
+    return (
+        [d for d in DTYPE_ORDER if d in present]
+        + sorted(present - set(DTYPE_ORDER) - {NONE})
+        + ([NONE] if NONE in present else [])
+    )
+
+
+def _num(v: Any) -> float | None:
+    try:
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _failure_ids(checks: list[dict[str, Any]]) -> dict[int, str]:
+    return {id(c): f"f{i}" for i, c in enumerate(c for c in checks if c["status"] in ("failed", "error"))}
+
+
+def _cell(c: dict[str, Any] | None, anchors: dict[int, str]) -> str:
+    if c is None:
+        return '<td class="cell s-none" title="not run">·</td>'
+    status = c["status"]
+    tip = f"{c['adapter']} · {c['check']} · {c['dtype'] or NONE}: {STATUS_WORD[status]}"
+    ulp = fmt_ulp(c.get("max_ulp"))
+    if ulp:
+        tip += f"; worst {ulp} ulp"
+    if c.get("message"):
+        tip += f"\n{c['message'].splitlines()[0][:300]}"
+    inner = f"{STATUS_MARK[status]} {STATUS_WORD[status]}" + (f"<small>{esc(ulp)} ulp</small>" if ulp else "")
+    if id(c) in anchors:
+        inner = f'<a href="#{anchors[id(c)]}">{inner}</a>'
+    return f'<td class="cell s-{status}" title="{esc(tip)}" data-status="{status}">{inner}</td>'
+
+
+def _header(adapters: list[str], dtypes: dict[str, list[str]], first: list[str]) -> str:
+    lead = "".join(f'<th rowspan="2">{esc(h)}</th>' for h in first)
+    top = "".join(f'<th colspan="{len(dtypes[a])}">{esc(a)}</th>' for a in adapters)
+    sub = "".join(f"<th>{esc(d)}</th>" for a in adapters for d in dtypes[a])
+    return f"<thead><tr>{lead}{top}</tr><tr>{sub}</tr></thead>"
+
+
+def matrix(report: dict[str, Any]) -> str:
+    checks = report["checks"]
+    anchors = _failure_ids(checks)
+    by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in checks:
+        by_adapter[c["adapter"]].append(c)
+    adapters = list(by_adapter)
+    dtypes = {a: _dtypes(rows) for a, rows in by_adapter.items()}
+    cells: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    behaviours: dict[str, list[str]] = defaultdict(list)
+    for c in checks:
+        cells[(c["behaviour"], c["check"], c["adapter"], c["dtype"] or NONE)] = c
+        if c["check"] not in behaviours[c["behaviour"]]:
+            behaviours[c["behaviour"]].append(c["check"])
+    rows = []
+    for behaviour in sorted(behaviours):
+        ids = sorted(behaviours[behaviour])
+        for n, check_id in enumerate(ids):
+            lead = f'<th rowspan="{len(ids)}">{esc(behaviour)}</th>' if n == 0 else ""
+            row = "".join(_cell(cells.get((behaviour, check_id, a, d)), anchors) for a in adapters for d in dtypes[a])
+            rows.append(f"<tr>{lead}<td><code>{esc(check_id)}</code></td>{row}</tr>")
+    return (
+        '<section id="matrix"><h2>Matrix</h2>'
+        '<p class="muted">One row per check, grouped by behaviour; one column per dtype'
+        + (", grouped by adapter" if len(adapters) > 1 else "")
+        + ". A cell shows the status and the worst error seen, in ulps of the dtype against the float64 oracle; "
+        "a failed cell links to its failure.</p>"
+        + legend()
+        + f'<table class="matrix">{_header(adapters, dtypes, ["behaviour", "check"])}<tbody>{"".join(rows)}'
+        + "</tbody></table></section>"
+    )
+
+
+def _precision_colour(used: float | None, failed: bool) -> str:
+    """Background by share of the error budget used: green (little) through yellow to red (over)."""
+    if failed or (used is not None and used > 1.0):
+        return "#f8b4b4"
+    if used is None:
+        return "#f6f8fa"
+    hue = 130 - 80 * max(0.0, min(used, 1.0))  # 130 green .. 50 yellow
+    return f"hsl({hue:.0f}, 70%, 85%)"
+
+
+def precision(report: dict[str, Any]) -> str:
+    checks = [c for c in report["checks"] if _num(c.get("max_ulp")) is not None]
+    if not checks:
+        return '<section id="precision"><h2>Precision</h2><p>No error measurements in this run.</p></section>'
+    by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in checks:
+        by_adapter[c["adapter"]].append(c)
+    adapters = list(by_adapter)
+    dtypes = {a: _dtypes(rows) for a, rows in by_adapter.items()}
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for c in checks:
+        groups[(c["behaviour"], c["adapter"], c["dtype"] or NONE)].append(c)
+    rows = []
+    for behaviour in sorted({c["behaviour"] for c in checks}):
+        tds = []
+        for a in adapters:
+            for d in dtypes[a]:
+                group = groups.get((behaviour, a, d))
+                if not group:
+                    tds.append('<td class="cell s-none">·</td>')
+                    continue
+                worst = max(group, key=lambda c: _num(c["max_ulp"]) or 0.0)
+                used = max((_num(c.get("budget_used")) or 0.0) for c in group)
+                failed = any(c["status"] in ("failed", "error") for c in group)
+                tip = (
+                    f"worst {fmt_ulp(worst['max_ulp'])} ulp in {worst['check']}"
+                    + (f" ({worst['worst']})" if worst.get("worst") else "")
+                    + f"; largest share of an error budget used: {used:.0%}"
+                )
+                tds.append(
+                    f'<td class="cell" style="background:{_precision_colour(used, failed)}" title="{esc(tip)}">'
+                    f"{esc(fmt_ulp(worst['max_ulp']))}<small>{used:.0%} of budget</small></td>"
+                )
+        rows.append(f"<tr><th>{esc(behaviour)}</th>{''.join(tds)}</tr>")
+    return (
+        '<section id="precision"><h2>Precision</h2>'
+        '<p class="muted">Worst error per behaviour and dtype, in ulps of the dtype at the element\'s condition '
+        "scale (docs/tolerance.md), over all checks of the behaviour; the colour is the largest share of an "
+        "element's derived error budget used: green little, yellow close to it, red over it.</p>"
+        f'<table class="precision">{_header(adapters, dtypes, ["behaviour"])}<tbody>{"".join(rows)}</tbody></table>'
+        "</section>"
+    )
+
+
+def _repro_block(c: dict[str, Any], anchor: str) -> str:
+    script = repro_script(c)
+    if script is None:
+        payload = (c.get("extra") or {}).get("repro") or {}
+        why = payload.get("omitted") or "this check keeps no standalone call"
+        return (
+            f'<p class="muted">No reproduction script: {esc(why)}. The <code>@reproduce_failure</code> line of the '
+            "counterexample replays it within the suite.</p>"
+        )
+    name = safe_filename(f"repro-{c['adapter']}-{c['check']}-{c['dtype'] or 'none'}") + ".py"
+    return (
+        '<div class="repro"><h4>Reproduction script</h4>'
+        '<p class="muted">Plain Python: needs only NumPy, ml_dtypes and the candidate\'s library; run it where the '
+        "adapter imports (the directory the suite ran in). It prints the candidate's values next to the float64 "
+        "oracle's.</p>"
+        f'<p class="actions"><button type="button" data-copy="{anchor}-script">Copy</button>'
+        f'<a download="{esc(name)}" href="{data_url(script)}">Download {esc(name)}</a></p>'
+        f'<pre id="{anchor}-script" class="script">{esc(script)}</pre></div>'
+    )
+
+
+def failures(report: dict[str, Any]) -> str:
+    checks = report["checks"]
+    anchors = _failure_ids(checks)
+    bad = [c for c in checks if id(c) in anchors]
+    if not bad:
+        return '<section id="failures"><h2>Failures</h2><p>None: every check that ran passed.</p></section>'
+    out = ['<section id="failures"><h2>Failures</h2>']
+    for c in bad:
+        a = anchors[id(c)]
+        kind = "failed" if c["status"] == "failed" else "error"
+        lead = (
+            "The candidate broke the property"
+            if kind == "failed"
+            else "The check could not run (an error of the suite or its environment, not a verdict)"
+        )
+        out.append(
+            f'<article class="failure {kind}" id="{a}">'
+            f"<h3>{esc(c['adapter'])} · <code>{esc(c['check'])}</code> · {esc(c['dtype'] or NONE)} — "
+            f"{STATUS_WORD[c['status']]}</h3>"
+            f"<p>{lead}: <strong>{esc(c['property'])}</strong>.</p>"
+            f'<p class="muted">Seed statement: {esc(c["cites"])}</p>'
+            f'<pre class="message">{esc(c.get("message", ""))}</pre>'
+        )
+        if c.get("counterexample"):
+            out.append(
+                "<details><summary>Shrunk counterexample</summary>"
+                f'<pre class="counterexample">{esc(c["counterexample"])}</pre></details>'
+            )
+        out.append(_repro_block(c, a) + "</article>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def checks_table(report: dict[str, Any]) -> str:
+    seen: dict[str, dict[str, Any]] = {}
+    for c in report["checks"]:
+        seen.setdefault(c["check"], c)
+    rows = "".join(
+        f"<tr><td><code>{esc(k)}</code></td><td>{esc(c['behaviour'])}</td><td>{esc(c['property'])}</td>"
+        f"<td>{esc(c['cites'])}</td></tr>"
+        for k, c in sorted(seen.items())
+    )
+    return (
+        '<section id="checks"><h2>Checks and the seed statements they enforce</h2>'
+        "<table><thead><tr><th>check</th><th>behaviour</th><th>property</th><th>cites</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _kv(d: dict[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><th>{esc(k)}</th><td>{esc(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))}</td></tr>"
+        for k, v in d.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+def adapters_section(report: dict[str, Any]) -> str:
+    out = ['<section id="adapters"><h2>Adapters and their declared conventions</h2>']
+    for a in report["adapters"]:
+        caps = {
+            op: f"{', '.join(c['dtypes'])}{'; gradients' if c['grad'] else '; no gradients'}"
+            for op, c in a.get("capabilities", {}).items()
+        }
+        out.append(
+            f"<h3>{esc(a['name'])}</h3>"
+            + (f"<p>Loaded from <code>{esc(a['spec'])}</code></p>" if a.get("spec") else "")
+            + "<h4>Conventions</h4>"
+            + _kv(a.get("conventions", {}))
+            + "<h4>Capabilities</h4>"
+            + _kv(caps)
+            + "<h4>Environment</h4>"
+            + _kv(a.get("environment", {}))
+        )
+    out.append("</section>")
+    return "".join(out)
+
+
+def environment_section(report: dict[str, Any]) -> str:
+    env = report.get("environment", {})
+    hyp = report.get("hypothesis", {})
+    devices = sorted({str(a.get("environment", {}).get("device")) for a in report["adapters"]} - {"None"})
+    info = {
+        "suite version": report.get("suite_version"),
+        "created": report.get("created"),
+        "duration (s)": report.get("duration_s"),
+        "exit status": report.get("exit_status"),
+        "Hypothesis profile": hyp.get("profile"),
+        "Hypothesis seed": _seed(report),
+        "Hypothesis version": hyp.get("version"),
+        "Python": env.get("python"),
+        "platform": env.get("platform"),
+        "machine": env.get("machine"),
+        "devices": ", ".join(devices) or "—",
+        "dtypes": ", ".join(sorted({c["dtype"] for c in report["checks"] if c["dtype"]})) or "—",
+    }
+    return (
+        '<section id="environment"><h2>Environment</h2>'
+        + _kv({k: v for k, v in info.items() if v is not None})
+        + "<h4>Libraries</h4>"
+        + _kv(env.get("libraries", {}))
+        + "</section>"
+    )
+
+
+def _seed(report: dict[str, Any]) -> str:
+    seed = report.get("hypothesis", {}).get("seed")
+    return "none (derandomised)" if seed is None else str(seed)
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    parts = ", ".join(f"{n} {k}" for k, n in s.items() if n)
+    return (
+        f'<p><span class="verdict v-{esc(report["verdict"])}" id="verdict">{esc(report["verdict"])}</span> '
+        f"{esc(parts)}</p>"
+    )
+
+
+def render_html(report: dict[str, Any], back: str = "") -> str:
+    """The whole page for one report; ``back``: a link target shown at the top (the dashboard's index)."""
+    names = ", ".join(a["name"] for a in report["adapters"])
+    nav = (
+        (f'<a href="{esc(back)}">← all runs</a>' if back else "")
+        + '<a href="#matrix">Matrix</a><a href="#precision">Precision</a><a href="#failures">Failures</a>'
+        '<a href="#checks">Checks</a><a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
+    )
+    body = (
+        f"<nav>{nav}</nav><h1>Conformance report: {esc(names)}</h1>"
+        + summary_line(report)
+        + f'<p class="muted">{esc(report.get("created", ""))} · Hypothesis profile '
+        f"<code>{esc(report['hypothesis'].get('profile'))}</code>, seed "
+        f"<code>{esc(_seed(report))}</code> · schema {esc(report.get('schema_version'))}</p>"
+        + matrix(report)
+        + precision(report)
+        + failures(report)
+        + checks_table(report)
+        + adapters_section(report)
+        + environment_section(report)
+    )
+    return page(f"Conformance report: {names}", body)

@@ -1,0 +1,68 @@
+"""``junit.xml``: the run as JUnit XML (the Jenkins/Ant format CI systems read): one test suite per
+adapter, one test case per check × dtype; failures and errors carry the message and counterexample,
+unsupported and skipped checks are skipped test cases."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from typing import Any
+
+# XML 1.0 has no place for most control characters; a candidate's message may hold any
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _text(v: Any) -> str:
+    return _NOT_XML.sub("\ufffd", str(v))
+
+
+def render_junit(report: dict[str, Any]) -> str:
+    by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in report["checks"]:
+        by_adapter[c["adapter"]].append(c)
+    root = ET.Element("testsuites", name="transformer-conformance", time=f"{float(report['duration_s']):.3f}")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for adapter, checks in by_adapter.items():
+        counts = {
+            "tests": len(checks),
+            "failures": sum(c["status"] == "failed" for c in checks),
+            "errors": sum(c["status"] == "error" for c in checks),
+            "skipped": sum(c["status"] in ("unsupported", "skipped") for c in checks),
+        }
+        for k, v in counts.items():
+            totals[k] += v
+        attrs = {
+            "name": _text(adapter),
+            "timestamp": _text(report.get("created", ""))[:19],
+            "time": f"{sum(float(c.get('duration_s', 0.0)) for c in checks):.3f}",
+            **{k: str(v) for k, v in counts.items()},
+        }
+        suite = ET.SubElement(root, "testsuite", attrs)
+        props = ET.SubElement(suite, "properties")
+        hyp = report.get("hypothesis", {})
+        for k, v in (("hypothesis.profile", hyp.get("profile")), ("hypothesis.seed", hyp.get("seed"))):
+            ET.SubElement(props, "property", name=k, value="" if v is None else _text(v))
+        for c in checks:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                name=_text(f"{c['check']}[{c['dtype'] or '-'}]"),
+                classname=_text(f"{adapter}.{c['behaviour']}"),
+                time=f"{float(c.get('duration_s', 0.0)):.3f}",
+            )
+            message = _text(c.get("message", ""))
+            first = message.splitlines()[0] if message else ""
+            if c["status"] in ("failed", "error"):
+                tag = "failure" if c["status"] == "failed" else "error"
+                el = ET.SubElement(case, tag, message=first, type="CheckFailure" if tag == "failure" else "Error")
+                detail = f"{c['property']} ({c['cites']})\n{message}"
+                if c.get("counterexample"):
+                    detail += "\n\n" + c["counterexample"]
+                el.text = _text(detail)
+            elif c["status"] in ("unsupported", "skipped"):
+                ET.SubElement(case, "skipped", message=_text(f"{c['status']}: {first}"))
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,75 @@
+"""report.html and the dashboard as a browser shows them (headless Chromium; skipped where it is absent)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conformance_run import Run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def _chromium(page: Path, tmp_path: Path, *args: str) -> str:
+    proc = subprocess.run(
+        [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def _dom(page: Path, tmp_path: Path) -> str:
+    return _chromium(page, tmp_path, "--dump-dom")
+
+
+def _screenshot(page: Path, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    _chromium(page, tmp_path, "--window-size=1400,2000", f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
+    return shot
+
+
+def test_report_renders(defect_run: Run, tmp_path: Path) -> None:
+    """The page's own script runs (its hash passes the page's policy); the matrix and failures render; the
+    candidate's markup is text in the DOM, not an element. The screenshot stays in the test's tmp dir."""
+    dom = _dom(defect_run.report_dir / "report.html", tmp_path)
+    assert 'data-js="ready"' in dom
+    assert '<table class="matrix">' in dom and 'data-status="failed"' in dom
+    assert dom.count('<article class="failure') == 4
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    assert "<script>alert(1)" not in dom
+    _screenshot(defect_run.report_dir / "report.html", tmp_path, "report.png")
+
+
+def test_dashboard_renders(defect_run: Run, builtin_run: Run, tmp_path: Path) -> None:
+    from reports.dashboard import build_site, load
+
+    runs, errors = load([str(builtin_run.report_dir / "report.json"), str(defect_run.report_dir / "report.json")])
+    assert not errors
+    build_site(runs, tmp_path / "site")
+    dom = _dom(tmp_path / "site" / "index.html", tmp_path)
+    assert 'data-js="ready"' in dom and '<table class="matrix">' in dom and "<polyline" not in dom
+    assert dom.count("<svg") == 8
+    defect_page = next(r.page for r in runs if r.source.startswith(str(defect_run.report_dir)))
+    run_dom = _dom(tmp_path / "site" / defect_page, tmp_path)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in run_dom and "<script>alert(1)" not in run_dom
+    _screenshot(tmp_path / "site" / "index.html", tmp_path, "dashboard.png")
