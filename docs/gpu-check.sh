@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run the GPU-capable built-in adapters natively on one CUDA GPU and write one report per adapter.
+#
+#   bash docs/gpu-check.sh [ADAPTER ...]     (default: torch torch-compile, plus jax where installed)
+#
+# Needs a machine with an NVIDIA GPU and a CUDA build of PyTorch (install the project with
+# `pip install -e .[torch]` in an environment whose torch sees the GPU). Reports go to reports/out/gpu/<adapter>/.
+# The CI profile is deterministic, so a GPU run is directly comparable with a CPU run of the same suite version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python - <<'PY'
+import torch
+assert torch.cuda.is_available(), "no CUDA device visible to torch"
+print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
+PY
+
+adapters=("$@")
+if [ ${#adapters[@]} -eq 0 ]; then
+    adapters=(torch torch-compile)
+    python -c "import jax" 2>/dev/null && adapters+=(jax)
+fi
+
+status=0
+for a in "${adapters[@]}"; do
+    echo "== $a on cuda"
+    timeout 600 python -m pytest conformance -q -p no:cacheprovider -n 4 --adapter "$a" --device cuda \
+        --report-dir "reports/out/gpu/$a" || status=1
+done
+exit $status
