@@ -7,6 +7,7 @@ frequency formulas, a LLaMA decoder's modules), independently of the oracle in `
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -124,7 +125,9 @@ def llama_param_count(
     tied: bool = False,
 ) -> int:
     """Parameters of a LLaMA-style decoder built from torch modules on the meta device (no memory)."""
-    with torch.device("meta"):
+    with torch.device("meta"), warnings.catch_warnings():
+        # d_ff = 0 (an attention-only layer) builds zero-element weights, whose initialisation torch warns about
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors")
         blocks = nn.ModuleList(_Block(hidden, intermediate, heads, kv_heads or heads) for _ in range(layers))
         embed = nn.Embedding(vocab, hidden)
         model = nn.ModuleDict({"embed": embed, "blocks": blocks, "norm": nn.RMSNorm(hidden)})
