@@ -67,6 +67,50 @@ OPS: dict[str, OpSpec] = {
         params=("alpha",),
         summary="logits (N, V); alpha float: per-token alpha * logsumexp(logits)**2, shape (N,).",
     ),
+    "sinusoidal_positions": OpSpec(
+        ("x",),
+        int_inputs=("positions",),
+        params=("base",),
+        summary="x (..., T, d), d even, positions (T,); base float (10000): x + PE, PE[:, 2i] = sin(pos·base^(−2i/d)), "
+        "PE[:, 2i+1] = cos(…). Output like x.",
+    ),
+    "learned_positions": OpSpec(
+        ("table",),
+        int_inputs=("positions",),
+        summary="table (L, d), positions (T,): the rows table[positions], (T, d). A position outside 0 … L−1 must "
+        "raise (never wrap or clamp).",
+    ),
+    "alibi": OpSpec(
+        ("scores",),
+        int_inputs=("q_positions", "k_positions"),
+        summary="scores (..., H, Tq, Tk), q_positions (Tq,), k_positions (Tk,): scores − m_h·|i − j|, m_h the ALiBi "
+        "slopes of H heads. Output like scores.",
+    ),
+    "rope_scaled": OpSpec(
+        ("x",),
+        int_inputs=("positions",),
+        params=("base", "rotary_dim", "scaling"),
+        summary="rope with context extension: scaling = {'type': 'linear'|'ntk'|'dynamic'|'yarn'|'llama3', "
+        "'factor': s, ...} (docs/adapter-contract.md). Output like x.",
+    ),
+    "cross_entropy_mean": OpSpec(
+        ("logits",),
+        int_inputs=("targets",),
+        params=("ignore_index",),
+        summary="logits (N, V), targets (N,); ignore_index int (-100): mean of the per-token loss over tokens whose "
+        "target is not ignore_index, a 0-d array.",
+    ),
+    "softcap_z_loss": OpSpec(
+        ("logits",),
+        params=("alpha", "cap"),
+        summary="logits (N, V); alpha, cap floats: per-token alpha * logsumexp(cap * tanh(logits / cap))**2, (N,).",
+    ),
+    "param_count": OpSpec(
+        (),
+        params=("vocab", "hidden", "intermediate", "layers", "heads", "kv_heads", "tied"),
+        summary="parameters of a LLaMA-style decoder of this configuration (GQA, SwiGLU, RMSNorm, no biases, "
+        "tied or untied head): an int (or 0-d integer array).",
+    ),
     "swiglu_hidden_dim": OpSpec(
         (),
         params=("d", "multiple_of", "ffn_dim_multiplier"),
@@ -93,7 +137,8 @@ class Conventions:
     #: Pair layout of RoPE: "interleaved" pairs (2i, 2i+1) as in the seeds, or "half" pairs (i, i + d/2)
     #: as in HF transformers and Liger-Kernel.
     rope_layout: RopeLayout = "interleaved"
-    #: Precision of RoPE's angles m·θ_i (and their cos/sin): "float32" or "float64".
+    #: Precision of position angles (and their cos/sin): RoPE's m·θ_i, scaled or not, and the sinusoidal
+    #: encoding's pos·ω_i: "float32" or "float64".
     rope_angle_dtype: str = "float32"
     #: Working precision for float32, bfloat16 and float16 inputs: reductions and fused arithmetic run in
     #: the wider of this and the input dtype.

@@ -13,6 +13,7 @@ import numpy as np
 from adapters.contract import OPS, Capability, Conventions
 from conformance import oracle
 from conformance.dtypes import dtype_name, fmt
+from reference import accounting
 from reference.swiglu import swiglu_hidden_dim
 
 
@@ -43,6 +44,8 @@ class NumpyAdapter:
             return np.asarray(
                 swiglu_hidden_dim(params["d"], params.get("multiple_of", 256), params.get("ffn_dim_multiplier"))
             )
+        if op == "param_count":
+            return np.asarray(accounting.param_count(accounting.ModelConfig(**params)))
         dtype = fmt(dtype_name(inputs[OPS[op].inputs[0]]))
         return dtype.round(oracle.forward(op, _as_float64(op, inputs), params, self.conventions, dtype))
 

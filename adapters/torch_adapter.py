@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from adapters.contract import OPS, Capability, Conventions
+from adapters.torch_positions import llama_param_count, position_ops, rope_scaled_inv_freq
 
 _TORCH_DTYPES = {
     np.dtype(np.float32): torch.float32,
@@ -28,7 +29,8 @@ def to_torch(a: np.ndarray, device: str) -> torch.Tensor:
     """A NumPy array as a tensor of the matching dtype (bfloat16 goes through float32, exactly)."""
     if a.dtype == np.dtype(ml_dtypes.bfloat16):
         return torch.from_numpy(a.astype(np.float32)).to(device=device, dtype=torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=_TORCH_DTYPES[a.dtype])
+    # ascontiguousarray makes a 0-d array 1-d: keep the shape (a scalar loss's cotangent is 0-d)
+    return torch.from_numpy(np.ascontiguousarray(a).reshape(a.shape)).to(device=device, dtype=_TORCH_DTYPES[a.dtype])
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -40,13 +42,23 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def rope_torch(
-    x: torch.Tensor, positions: torch.Tensor, base: float, rotary_dim: int | None, layout: str
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    base: float,
+    rotary_dim: int | None,
+    layout: str,
+    inv_freq: torch.Tensor | None = None,
+    factor: float = 1.0,
 ) -> torch.Tensor:
-    """RoPE in plain torch: angles in float32, rotation in float32, one rounding to x's dtype."""
+    """RoPE in plain torch: angles in float32, rotation in float32, one rounding to x's dtype. ``inv_freq``
+    and ``factor`` (multiplying cos and sin) come from a context-extension rule when given."""
     rd = x.shape[-1] if rotary_dim is None else rotary_dim
-    inv_freq = 1.0 / (base ** (torch.arange(0, rd, 2, device=x.device, dtype=torch.int64).float() / rd))
+    if inv_freq is None:
+        inv_freq = 1.0 / (base ** (torch.arange(0, rd, 2, device=x.device, dtype=torch.int64).float() / rd))
     angles = positions.float()[:, None] * inv_freq[None, :]
     cos, sin = angles.cos(), angles.sin()
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
     xf = x.float()
     rot, rest = xf[..., :rd], xf[..., rd:]
     if layout == "interleaved":
@@ -79,7 +91,37 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
         return alpha * torch.logsumexp(logits, dim=-1) ** 2
 
-    return {f.__name__: f for f in (rms_norm, layer_norm, rope, swiglu_mlp, cross_entropy, z_loss)}
+    def rope_scaled(
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        base: float = 10000.0,
+        rotary_dim: int | None = None,
+        scaling: Mapping[str, Any] | None = None,
+    ) -> torch.Tensor:
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, seq_len, x.device)
+        return rope_torch(x, positions, base, rotary_dim, adapter.conventions.rope_layout, inv_freq, factor)
+
+    def cross_entropy_mean(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="mean")
+
+    def softcap_z_loss(logits: torch.Tensor, alpha: float = 1e-4, cap: float = 30.0) -> torch.Tensor:
+        capped = cap * torch.tanh(logits.float() / cap)
+        return (alpha * torch.logsumexp(capped, dim=-1) ** 2).to(logits.dtype)
+
+    fns = (
+        rms_norm,
+        layer_norm,
+        rope,
+        swiglu_mlp,
+        cross_entropy,
+        z_loss,
+        rope_scaled,
+        cross_entropy_mean,
+        softcap_z_loss,
+    )
+    return {f.__name__: f for f in fns} | position_ops()
 
 
 def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
@@ -108,8 +150,10 @@ class TorchAdapter:
             # intermediates and saved output, and logsumexp's.
             # The CPU layer_norm backward kernel rounds an intermediate and the weight and bias gradients'
             # partial sums to bfloat16/float16 (measured: ∂L/∂β of three rows off by one ulp).
-            unfused=frozenset({"swiglu_mlp", "cross_entropy", "z_loss", "layer_norm.vjp"}),
-            low_precision_sums=frozenset({"layer_norm.vjp"}),
+            unfused=frozenset({"swiglu_mlp", "cross_entropy", "cross_entropy_mean", "z_loss", "layer_norm.vjp"}),
+            # The embedding backward (learned positions) adds a repeated position's gradient rows in the
+            # input dtype, one after another (measured: five bfloat16 rows sum to 0.203125, not 0.2046).
+            low_precision_sums=frozenset({"layer_norm.vjp", "learned_positions.vjp"}),
             # F.rms_norm(eps=None) uses float32's machine epsilon for every input dtype here (its opmath
             # type), not the input dtype's: measured on torch 2.13 CPU, and held to by the suite.
             eps_defaults={"rms_norm": float(torch.finfo(torch.float32).eps), "layer_norm": 1e-5},
@@ -136,6 +180,8 @@ class TorchAdapter:
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         if op == "swiglu_hidden_dim":
             return np.asarray(llama_hidden_dim(**params))
+        if op == "param_count":
+            return np.asarray(llama_param_count(**params))
         with torch.no_grad():
             out, _ = self._call(op, inputs, params, grad=False)
         return to_numpy(out)

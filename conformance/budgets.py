@@ -275,7 +275,7 @@ def _with_result(op: str, fn: Any, grad: bool) -> Any:
     return wrapped
 
 
-FORWARD = {
+FORWARD: dict[str, Any] = {
     "rms_norm": rms_norm,
     "layer_norm": layer_norm,
     "rope": rope,
@@ -283,7 +283,7 @@ FORWARD = {
     "cross_entropy": cross_entropy,
     "z_loss": z_loss,
 }
-VJP = {
+VJP: dict[str, Any] = {
     "rms_norm": rms_norm_vjp,
     "layer_norm": layer_norm_vjp,
     "rope": rope_vjp,
@@ -291,5 +291,10 @@ VJP = {
     "cross_entropy": cross_entropy_vjp,
     "z_loss": z_loss_vjp,
 }
+# positions, context extension, loss reductions: their own modules, registered here
+from conformance import budgets_losses, budgets_positions  # noqa: E402 - they build on the helpers above
+
+FORWARD.update(budgets_positions.FORWARD, **budgets_losses.FORWARD)
+VJP.update(budgets_positions.VJP, **budgets_losses.VJP)
 FORWARD = {op: _with_result(op, fn, grad=False) for op, fn in FORWARD.items()}
 VJP = {op: _with_result(op, fn, grad=True) for op, fn in VJP.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,40 @@ from conformance.budgets import resolve_eps
 from conformance.dtypes import Format
 
 F64 = NDArray[np.float64]
+Fwd = Callable[[Mapping[str, np.ndarray], Mapping[str, Any], Conventions], F64]
+Bwd = Callable[[Mapping[str, np.ndarray], Mapping[str, Any], Conventions, F64], F64]
+
+# positions, context extension and loss reductions: one differentiable input each
+EXTRA_FORWARD: dict[str, Fwd] = {
+    "sinusoidal_positions": lambda x, p, c: ref.positions.sinusoidal_positions(
+        x["x"], x["positions"], p.get("base", 10000.0)
+    ),
+    "learned_positions": lambda x, p, c: ref.positions.learned_positions(x["table"], x["positions"]),
+    "alibi": lambda x, p, c: ref.positions.alibi(x["scores"], x["q_positions"], x["k_positions"]),
+    "rope_scaled": lambda x, p, c: ref.rope_scaling.rope_scaled(
+        x["x"], x["positions"], p.get("base", 10000.0), p.get("rotary_dim"), p.get("scaling"), c.rope_layout
+    ),
+    "cross_entropy_mean": lambda x, p, c: ref.losses.cross_entropy_mean(
+        x["logits"], x["targets"], p.get("ignore_index", ref.losses.IGNORE_INDEX)
+    ),
+    "softcap_z_loss": lambda x, p, c: ref.losses.softcap_z_loss(
+        x["logits"], p.get("alpha", ref.losses.Z_LOSS_ALPHA), p["cap"]
+    ),
+}
+EXTRA_VJP: dict[str, Bwd] = {
+    "sinusoidal_positions": lambda x, p, c, g: ref.positions.sinusoidal_positions_vjp(x["x"], x["positions"], g),
+    "learned_positions": lambda x, p, c, g: ref.positions.learned_positions_vjp(x["table"], x["positions"], g),
+    "alibi": lambda x, p, c, g: ref.positions.alibi_vjp(x["scores"], x["q_positions"], x["k_positions"], g),
+    "rope_scaled": lambda x, p, c, g: ref.rope_scaling.rope_scaled_vjp(
+        x["x"], x["positions"], g, p.get("base", 10000.0), p.get("rotary_dim"), p.get("scaling"), c.rope_layout
+    ),
+    "cross_entropy_mean": lambda x, p, c, g: ref.losses.cross_entropy_mean_vjp(
+        x["logits"], x["targets"], g, p.get("ignore_index", ref.losses.IGNORE_INDEX)
+    ),
+    "softcap_z_loss": lambda x, p, c, g: ref.losses.softcap_z_loss_vjp(
+        x["logits"], g, p.get("alpha", ref.losses.Z_LOSS_ALPHA), p["cap"]
+    ),
+}
 
 
 def forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Conventions, dtype: Format) -> F64:
@@ -30,6 +64,8 @@ def forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], con
         return ref.cross_entropy(x["logits"], x["targets"])
     if op == "z_loss":
         return ref.z_loss(x["logits"], params.get("alpha", ref.losses.Z_LOSS_ALPHA))
+    if op in EXTRA_FORWARD:
+        return EXTRA_FORWARD[op](x, params, conv)
     raise KeyError(op)
 
 
@@ -54,6 +90,8 @@ def vjp(
         grads = (ref.cross_entropy_vjp(x["logits"], x["targets"], g),)
     elif op == "z_loss":
         grads = (ref.z_loss_vjp(x["logits"], g, params.get("alpha", ref.losses.Z_LOSS_ALPHA)),)
+    elif op in EXTRA_VJP:
+        grads = (EXTRA_VJP[op](x, params, conv, g),)
     else:
         raise KeyError(op)
     return dict(zip(OPS[op].inputs, grads, strict=True))

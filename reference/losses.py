@@ -45,3 +45,49 @@ def z_loss(logits: F64, alpha: float = Z_LOSS_ALPHA) -> F64:
 def z_loss_vjp(logits: F64, g: F64, alpha: float = Z_LOSS_ALPHA) -> F64:
     """VJP of :func:`z_loss`: g·2α·z·softmax(u), since ∂z/∂u = softmax(u)."""
     return (g * 2.0 * alpha * logsumexp(logits))[..., None] * softmax(logits)
+
+
+IGNORE_INDEX = -100
+
+
+def valid_tokens(targets: NDArray[np.int64], ignore_index: int = IGNORE_INDEX) -> NDArray[np.bool_]:
+    """The tokens that count towards the loss: those whose target is not ``ignore_index``."""
+    return np.asarray(targets) != ignore_index
+
+
+def cross_entropy_mean(logits: F64, targets: NDArray[np.int64], ignore_index: int = IGNORE_INDEX) -> F64:
+    """Mean cross-entropy over the valid tokens only: Σ_{t valid} (z_t − u_t,target) / #valid, a 0-d array.
+
+    Ignored tokens (target == ignore_index, which may be any integer, a vocabulary id included) add nothing
+    to the sum *and* nothing to the count. With no valid token the mean is undefined (NaN here).
+    """
+    valid = valid_tokens(targets, ignore_index)
+    safe = np.where(valid, targets, 0)
+    per_token = np.where(valid, cross_entropy(logits, safe), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(per_token.sum() / valid.sum())
+
+
+def cross_entropy_mean_vjp(logits: F64, targets: NDArray[np.int64], g: F64, ignore_index: int = IGNORE_INDEX) -> F64:
+    """VJP of :func:`cross_entropy_mean`: (g/#valid)·(softmax(u) − onehot) on valid rows, 0 on ignored rows."""
+    valid = valid_tokens(targets, ignore_index)
+    safe = np.where(valid, targets, 0)
+    coef = np.where(valid, float(np.asarray(g)) / max(int(valid.sum()), 1), 0.0)
+    return cross_entropy_vjp(logits, safe, coef)
+
+
+def softcap(logits: F64, cap: float) -> F64:
+    """Logit soft-capping c·tanh(u/c) (seed-002 §3.2.2: "the tanh clamps extreme logits softly")."""
+    return cap * np.tanh(logits / cap)
+
+
+def softcap_z_loss(logits: F64, alpha: float = Z_LOSS_ALPHA, cap: float = 30.0) -> F64:
+    """z-loss of soft-capped logits: α·z(c·tanh(u/c))², per token (soft-capping first, as Gemma 2's final
+    logits and Liger-Kernel's fused loss do)."""
+    return z_loss(softcap(logits, cap), alpha)
+
+
+def softcap_z_loss_vjp(logits: F64, g: F64, alpha: float = Z_LOSS_ALPHA, cap: float = 30.0) -> F64:
+    """VJP of :func:`softcap_z_loss`: g·2α·z·softmax(ũ)·(1 − tanh²(u/c)), ũ the capped logits."""
+    t = np.tanh(logits / cap)
+    return z_loss_vjp(cap * t, g, alpha) * (1.0 - t * t)
