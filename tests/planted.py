@@ -11,6 +11,13 @@ import torch
 from adapters.torch_adapter import TorchAdapter, llama_hidden_dim, rope_torch
 from adapters.torch_positions import llama_param_count, rope_scaled_inv_freq
 
+# Each planted adapter declares only the operation it breaks, so the run spends its time on the checks
+# that must catch it (the correct operations are the torch adapter's, which the conformance run covers).
+
+
+def _only(adapter: TorchAdapter, *ops: str) -> None:
+    adapter.capabilities = {op: cap for op, cap in adapter.capabilities.items() if op in ops}
+
 
 class RopeWrongPairs(TorchAdapter):
     """Declares the half-split layout (HF) but rotates interleaved pairs (2i, 2i+1)."""
@@ -19,6 +26,7 @@ class RopeWrongPairs(TorchAdapter):
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device, rope_layout="half")
+        _only(self, "rope")
         self.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_torch(
             x, positions, base, rotary_dim, "interleaved"
         )
@@ -31,6 +39,7 @@ class RmsEpsOutsideSqrt(TorchAdapter):
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device)
+        _only(self, "rms_norm")
 
         def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
             eps = torch.finfo(torch.float32).eps if eps is None else eps
@@ -47,6 +56,7 @@ class LayerNormUnbiased(TorchAdapter):
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device)
+        _only(self, "layer_norm")
 
         def layer_norm(
             x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float | None = None
@@ -67,6 +77,7 @@ class RmsAllInBf16(TorchAdapter):
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device)
+        _only(self, "rms_norm")
 
         def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
             eps = torch.finfo(torch.float32).eps if eps is None else eps
@@ -79,6 +90,10 @@ class SwigluAt4d(TorchAdapter):
     """Sizes the SwiGLU hidden layer at 4d, as for a two-matrix MLP."""
 
     name = "swiglu-at-4d"
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        _only(self, "swiglu_hidden_dim")
 
     def forward(self, op, inputs, params):  # type: ignore[no-untyped-def]
         if op == "swiglu_hidden_dim":
@@ -95,6 +110,7 @@ class ZLossLinear(TorchAdapter):
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device)
+        _only(self, "z_loss")
         self.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * torch.logsumexp(logits, dim=-1)
 
 
@@ -112,11 +128,6 @@ assert llama_hidden_dim(4096) == 11008  # the correct rule the defect departs fr
 
 
 # ---- positions, context extension, loss reductions, accounting ---------------------------------------------------
-# Each declares only the operation it breaks, so the run spends its time on the check that must catch it.
-
-
-def _only(adapter: TorchAdapter, *ops: str) -> None:
-    adapter.capabilities = {op: cap for op, cap in adapter.capabilities.items() if op in ops}
 
 
 class SinusoidalCosFirst(TorchAdapter):
