@@ -79,7 +79,11 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
         return alpha * torch.logsumexp(logits, dim=-1) ** 2
 
-    return {f.__name__: f for f in (rms_norm, layer_norm, rope, swiglu_mlp, cross_entropy, z_loss)}
+    def swiglu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The GLU element-wise product alone (benchmarked by ``native``; not a contract operation)."""
+        return F.silu(gate) * up
+
+    return {f.__name__: f for f in (rms_norm, layer_norm, rope, swiglu_mlp, cross_entropy, z_loss, swiglu_product)}
 
 
 def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
@@ -150,3 +154,26 @@ class TorchAdapter:
             g = tensors[k].grad
             grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
         return grads
+
+    def native(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool = False
+    ) -> Callable[[], Any]:
+        """Optional benchmark hook (docs/adapter-contract.md): a closure that runs ``op`` on tensors made
+        once, here, from ``inputs`` — and with ``grad`` its backward too, for a fixed random cotangent,
+        returning the gradients of the floating inputs. Raises KeyError for an operation it lacks."""
+        fn = self.impl[op]
+        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
+        if not grad:
+
+            def run_forward() -> torch.Tensor:
+                with torch.no_grad():
+                    return fn(**tensors, **params)
+
+            return run_forward
+        leaves = [t.requires_grad_(True) for t in tensors.values() if t.is_floating_point()]
+        cotangent = torch.randn_like(fn(**tensors, **params).detach())  # (also compiles the graph timed below)
+
+        def run_forward_backward() -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(fn(**tensors, **params), leaves, cotangent)
+
+        return run_forward_backward
