@@ -39,6 +39,10 @@ def pct(v: float | None) -> str:
     return f"{v * 100:.0f}%" if v >= 1 else f"{v * 100:.3g}%"
 
 
+def signed_pct(v: float) -> str:
+    return f"{v * 100:+.0f}%" if abs(v) >= 0.1 else f"{v * 100:+.2g}%"
+
+
 def _ratio(v: float | None) -> str:
     return "" if v is None else f" · ×{v:.2f}"
 
@@ -192,7 +196,7 @@ def _comparison(cmp: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"| {mark} | {r['op']} | {r['size']} | {r['dtype']} | {r['pass']} | {r['adapter']} | "
                 f"{fmt_time(r['baseline_median_s'])} | {fmt_time(r['median_s'])} | "
-                f"{r['relative_change'] * 100:+.3g}% | {fmt_time(r['threshold_s'])} |"
+                f"{signed_pct(r['relative_change'])} | {fmt_time(r['threshold_s'])} |"
             )
     if cmp.get("only_in_baseline"):
         lines += ["", f"{len(cmp['only_in_baseline'])} case(s) of the baseline did not run this time."]

@@ -35,6 +35,7 @@ from benchmarks.perf import ceilings as ceil
 from benchmarks.perf.accounting import OPS, BenchOp, pass_name
 from benchmarks.perf.compare import MIN_RELATIVE, compare
 from benchmarks.perf.inputs import make_inputs
+from benchmarks.perf.markdown import signed_pct
 from benchmarks.perf.report import load, write
 from benchmarks.perf.results import SCHEMA, SCHEMA_VERSION, add_ratios, make_result
 from benchmarks.perf.sizes import sizes
@@ -423,6 +424,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             if r["verdict"] == "regression":
                 tr.write_line(
                     f"  regression: {r['op']} {r['size']} {r['dtype']} {r['pass']} {r['adapter']}: "
-                    f"{r['relative_change'] * 100:+.3g}% "
+                    f"{signed_pct(r['relative_change'])} "
                     f"(median {r['baseline_median_s']:.4g} s → {r['median_s']:.4g} s)"
                 )

@@ -30,7 +30,9 @@ def _nice_step(span: float, ticks: int = 5) -> float:
 
 
 def _fmt(v: float, percent: bool) -> str:
-    return f"{v * 100:.3g}%" if percent else f"{v:.3g}"
+    if percent:
+        return f"{v * 100:.0f}%" if v >= 1 else f"{v * 100:.3g}%"
+    return f"{v:.3g}"
 
 
 def _panel(p: Panel, x0: float, y0: float, colours: dict[str, str]) -> list[str]:
