@@ -1,6 +1,7 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests),
-``lint`` (ruff and mypy), ``bench`` (how long the CI-profile conformance run takes), ``report`` (merge
-report.json files into the static site under reports/site/).
+``lint`` (ruff and mypy), ``bench`` (the performance report: docs/performance.md), ``bench-conformance``
+(how long the CI-profile conformance run takes), ``report`` (merge report.json files into the static site
+under reports/site/).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
@@ -56,8 +57,31 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks")
 
 
+def _option_value(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
+    """Performance report (docs/performance.md): each behaviour × adapter × dtype, forward and
+    forward+backward, timed on the adapter's own tensors against the machine's measured copy bandwidth and
+    matmul rate; writes perf.md, perf.json, perf.csv and plots to reports/out/bench/. ``-- --quick`` for the
+    reduced set, ``-- --compare BASELINE.json`` to flag regressions. A benchmark, never part of a verdict."""
+    install(session, "torch", "bench")
+    args = list(session.posargs)
+    out = _option_value(args, "--perf-out") or "reports/out/bench"
+    if _option_value(args, "--benchmark-json") is None:
+        args.append(f"--benchmark-json={out}/pytest-benchmark.json")
+    session.run("pytest", "benchmarks", "-p", "no:cacheprovider", *args)
+
+
+@nox.session(name="bench-conformance", python=PYTHON)
+def bench_conformance(session: nox.Session) -> None:
     """Time the CI-profile conformance run of the torch adapter (a benchmark, never a test)."""
     install(session, "torch")
     session.run("python", "benchmarks/bench_conformance.py", *session.posargs)

@@ -91,6 +91,10 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
         return alpha * torch.logsumexp(logits, dim=-1) ** 2
 
+    def swiglu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The GLU element-wise product alone (benchmarked by ``native``; not a contract operation)."""
+        return F.silu(gate) * up
+
     def rope_scaled(
         x: torch.Tensor,
         positions: torch.Tensor,
@@ -120,6 +124,7 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         rope_scaled,
         cross_entropy_mean,
         softcap_z_loss,
+        swiglu_product,
     )
     return {f.__name__: f for f in fns} | position_ops()
 
@@ -196,3 +201,26 @@ class TorchAdapter:
             g = tensors[k].grad
             grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
         return grads
+
+    def native(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool = False
+    ) -> Callable[[], Any]:
+        """Optional benchmark hook (docs/adapter-contract.md): a closure that runs ``op`` on tensors made
+        once, here, from ``inputs`` — and with ``grad`` its backward too, for a fixed random cotangent,
+        returning the gradients of the floating inputs. Raises KeyError for an operation it lacks."""
+        fn = self.impl[op]
+        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
+        if not grad:
+
+            def run_forward() -> torch.Tensor:
+                with torch.no_grad():
+                    return fn(**tensors, **params)
+
+            return run_forward
+        leaves = [t.requires_grad_(True) for t in tensors.values() if t.is_floating_point()]
+        cotangent = torch.randn_like(fn(**tensors, **params).detach())  # (also compiles the graph timed below)
+
+        def run_forward_backward() -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(fn(**tensors, **params), leaves, cotangent)
+
+        return run_forward_backward
