@@ -46,7 +46,8 @@ def tests(session: nox.Session) -> None:
     install(session, "torch", "dev")
     args = list(session.posargs)
     if not _has_n(args):
-        args = ["-n", "auto", *args]
+        # loadgroup: tests sharing a module-scoped conformance run stay on one worker
+        args = ["-n", "auto", "--dist", "loadgroup", *args]
     session.run("pytest", "tests", *args)
 
 

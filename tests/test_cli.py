@@ -9,7 +9,8 @@ import pytest
 
 from tests.conformance_run import Run, run_suite
 
-RMS = ("-k", "rms_norm", "conformance/test_rmsnorm.py")
+# the module-scoped run stays on one pytest-xdist worker (the tests session uses --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("cli")
 
 
 def _usage_error(tmp_path: Path, *args: str) -> str:

@@ -9,23 +9,41 @@ import pytest
 from tests.conformance_run import Run, run_suite
 from tests.planted import BREAKS
 
+# both module-scoped runs stay on one pytest-xdist worker (the tests session uses --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("planted")
+
+
+def _dtype(cls: type) -> str:
+    return BREAKS[cls][2] or "float32"
+
 
 @pytest.fixture(scope="module")
-def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    adapters = [f"--adapter=tests.planted:{cls.__name__}" for cls in BREAKS]
-    return run_suite(tmp_path_factory.mktemp("planted"), *adapters, "-n", "2")
+def planted_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """One conformance run per dtype the defects are expected to fail in, each restricted to that dtype."""
+    runs = {}
+    for dtype in sorted({_dtype(cls) for cls in BREAKS}):
+        adapters = [f"--adapter=tests.planted:{cls.__name__}" for cls in BREAKS if _dtype(cls) == dtype]
+        runs[dtype] = run_suite(tmp_path_factory.mktemp(f"planted-{dtype}"), *adapters, f"--dtype={dtype}", "-n", "2")
+    return runs
 
 
-def test_run_is_non_conformant(planted_run: Run) -> None:
+@pytest.fixture(scope="module")
+def planted_run(planted_runs: dict[str, Run]) -> Run:
+    return planted_runs["float32"]
+
+
+def test_run_is_non_conformant(planted_runs: dict[str, Run]) -> None:
     """A run with a defective candidate exits 1 (pytest's 'tests failed') and says non-conformant."""
-    assert planted_run.returncode == 1, planted_run.stdout[-2000:] + planted_run.stderr[-2000:]
-    assert planted_run.report["verdict"] == "non-conformant"
+    for run in planted_runs.values():
+        assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+        assert run.report["verdict"] == "non-conformant"
 
 
 @pytest.mark.parametrize("cls", list(BREAKS), ids=[c.__name__ for c in BREAKS])
-def test_defect_caught_by_its_behaviour(planted_run: Run, cls: type) -> None:
+def test_defect_caught_by_its_behaviour(planted_runs: dict[str, Run], cls: type) -> None:
     """The defect fails the check of the behaviour it breaks, and no other behaviour's checks."""
     behaviour, check_id, dtype = BREAKS[cls]
+    planted_run = planted_runs[_dtype(cls)]
     name = cls.name  # type: ignore[attr-defined]
     failed = planted_run.checks(adapter=name, status="failed")
     assert any(c["check"] == check_id and (dtype is None or c["dtype"] == dtype) for c in failed), (
