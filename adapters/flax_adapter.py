@@ -19,12 +19,14 @@ read from the source and measured on flax 0.12.8:
 
 Gradients are ``jax.vjp`` of the module's apply; the scale and bias gradients come back in float32 (the
 parameters' dtype) and are cast the same way. ∂L/∂x is the sum of two partial gradients, each already
-rounded to the input dtype (``unfused`` ``rms_norm.vjp``, ``layer_norm.vjp``).
+rounded to the input dtype, in linen (``unfused`` ``rms_norm.vjp``, ``layer_norm.vjp``); nnx promotes x
+once and rounds ∂L/∂x once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -43,20 +45,21 @@ _PARAM = {"weight": "scale", "bias": "bias"}
 
 
 def _linen_module(op: str, n: int, eps: float | None) -> Callable[..., jax.Array]:
-    kw = {} if eps is None else {"epsilon": eps}
-    module = linen.RMSNorm(**kw) if op == "rms_norm" else linen.LayerNorm(**kw)
+    kw: dict[str, Any] = {} if eps is None else {"epsilon": eps}
+    module: linen.Module = linen.RMSNorm(**kw) if op == "rms_norm" else linen.LayerNorm(**kw)
 
     def apply(x: jax.Array, **params: jax.Array) -> jax.Array:
-        return module.apply({"params": {_PARAM[k]: v for k, v in params.items()}}, x)
+        out: jax.Array = module.apply({"params": {_PARAM[k]: v for k, v in params.items()}}, x)  # type: ignore[assignment]
+        return out
 
     return apply
 
 
 def _nnx_module(op: str, n: int, eps: float | None) -> Callable[..., jax.Array]:
-    kw = {} if eps is None else {"epsilon": eps}
+    kw: dict[str, Any] = {} if eps is None else {"epsilon": eps}
 
     def apply(x: jax.Array, **params: jax.Array) -> jax.Array:
-        cls = nnx.RMSNorm if op == "rms_norm" else nnx.LayerNorm
+        cls: Any = nnx.RMSNorm if op == "rms_norm" else nnx.LayerNorm
         module = cls(n, rngs=nnx.Rngs(0), **kw)
         for k, v in params.items():
             getattr(module, _PARAM[k]).value = v
@@ -136,7 +139,15 @@ class FlaxLinenAdapter:
 
 
 class FlaxNnxAdapter(FlaxLinenAdapter):
-    """The built-in ``flax-nnx`` adapter: ``flax.nnx.RMSNorm`` and ``flax.nnx.LayerNorm``."""
+    """The built-in ``flax-nnx`` adapter: ``flax.nnx.RMSNorm`` and ``flax.nnx.LayerNorm``.
+
+    Unlike linen, nnx promotes the input to float32 once, before both uses (``promote_dtype``), so ∂L/∂x
+    is summed in float32 and rounded once: no ``unfused`` backward (measured: 0.5 ulp where linen shows
+    up to 1)."""
 
     name = "flax-nnx"
     api = "nnx"
+
+    def __init__(self, device: str = "cpu", output: str = "cast") -> None:
+        super().__init__(device, output)
+        self.conventions = replace(self.conventions, unfused=frozenset())

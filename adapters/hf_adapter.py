@@ -67,6 +67,7 @@ def _mlp_config(d: int, h: int) -> LlamaConfig:
         intermediate_size=h,
         num_attention_heads=1,
         num_key_value_heads=1,
+        head_dim=2,  # unused by the MLP; the configuration's RoPE validation wants an even head size
         hidden_act="silu",
         mlp_bias=False,
     )
@@ -85,7 +86,7 @@ def hf_rope(
     return torch.cat((q_embed, q_pass), dim=-1).reshape(x.shape)
 
 
-def _set(param: nn.Parameter, value: torch.Tensor) -> None:
+def _set(param: Any, value: torch.Tensor) -> None:
     with torch.no_grad():
         param.copy_(value)
 
@@ -102,6 +103,8 @@ class _HFAdapter:
         self.device = device
         self.conventions = Conventions()
         self.capabilities: dict[str, Capability] = {}
+        #: (the suite's tensor, the module parameter holding it) of the call in progress
+        self._params: list[tuple[torch.Tensor, Any]] = []
 
     def environment(self) -> dict[str, str]:
         return {
@@ -132,7 +135,12 @@ class _HFAdapter:
         return module(x)
 
     def _impl(self, op: str) -> Callable[..., torch.Tensor]:
-        return {"rms_norm": self.rms_norm, "rope": hf_rope, "swiglu_mlp": self.swiglu_mlp}[op]
+        impl: dict[str, Callable[..., torch.Tensor]] = {
+            "rms_norm": self.rms_norm,
+            "rope": hf_rope,
+            "swiglu_mlp": self.swiglu_mlp,
+        }
+        return impl[op]
 
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
@@ -140,7 +148,7 @@ class _HFAdapter:
         tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
         for k in OPS[op].inputs:
             tensors[k].requires_grad_(grad)
-        self._params: list[tuple[torch.Tensor, nn.Parameter]] = []
+        self._params = []
         return self._impl(op)(**tensors, **params), tensors
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
@@ -154,7 +162,9 @@ class _HFAdapter:
         out, tensors = self._call(op, inputs, params, grad=True)
         out.backward(to_torch(cotangent, self.device))
         # module parameters carry the gradients of the suite's weights (transposed for nn.Linear)
-        param_grads = {id(w): (p.grad.T if p.grad is not None and p.ndim == 2 else p.grad) for w, p in self._params}
+        param_grads: dict[int, torch.Tensor | None] = {
+            id(w): (p.grad.T if p.grad is not None and p.ndim == 2 else p.grad) for w, p in self._params
+        }
         grads = {}
         for k in OPS[op].inputs:
             t = tensors[k]
