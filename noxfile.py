@@ -9,6 +9,9 @@ Arguments after ``--`` go to pytest, so every conformance option works there:
 
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["tests"]
@@ -30,10 +33,31 @@ def _has_n(args: list[str]) -> bool:
     )
 
 
+#: built-in adapter name -> the extra it needs (adapters/extras.py, read without importing the project)
+ADAPTER_EXTRAS: dict[str, str] = runpy.run_path(str(Path(__file__).parent / "adapters" / "extras.py"))["EXTRAS"]
+DEFAULT_ADAPTERS = ("numpy", "torch")
+
+
+def adapter_extras(args: list[str]) -> list[str]:
+    """The extras the built-in adapters named by ``--adapter`` need (default adapters: numpy, torch).
+    Other adapters (plugins, ``package.module:attr``) bring their own dependencies."""
+    names: list[str] = []
+    for i, a in enumerate(args):
+        if a == "--adapter" and i + 1 < len(args):
+            names += args[i + 1].split(",")
+        elif a.startswith("--adapter="):
+            names += a.removeprefix("--adapter=").split(",")
+    extras = {ADAPTER_EXTRAS.get(n.strip(), "") for n in (names or DEFAULT_ADAPTERS)}
+    return sorted(e for e in extras if e)
+
+
 @nox.session(python=PYTHON)
 def conformance(session: nox.Session) -> None:
-    """Run the conformance checks (default adapters: numpy, torch) and write report.json / report.md."""
-    install(session, "torch")
+    """Run the conformance checks (default adapters: numpy, torch) and write report.json / report.md.
+
+    Installs the extras the requested built-in adapters need: ``-- --adapter jax,flax`` installs
+    ``.[jax]``, ``-- --adapter hf-llama`` installs ``.[hf]``."""
+    install(session, *adapter_extras(list(session.posargs)))
     args = list(session.posargs)
     if not _has_n(args):
         args = ["-n", "auto", *args]

@@ -122,6 +122,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 RopeLayout = Literal["interleaved", "half"]
 NormRounding = Literal["single", "before_weight"]
+Variance = Literal["two_pass", "one_pass"]
 EpsDefault = float | Literal["finfo"]
 
 
@@ -146,6 +147,14 @@ class Conventions:
     #: Where a low-precision norm rounds: "single" (one rounding of the final result) or "before_weight"
     #: (the normalised value is cast to the input dtype and then multiplied by the weight, as in HF Llama).
     norm_rounding: NormRounding = "single"
+    #: How LayerNorm's variance is computed: "two_pass", mean((x − μ)²), or "one_pass", mean(x²) − μ² clamped
+    #: at 0 (Flax's use_fast_variance, jax.nn.standardize's "fast"), which cancels catastrophically when
+    #: |μ| is large against the spread.
+    variance: Variance = "two_pass"
+    #: The norms' weight is stored zero-centred as w = γ − offset and applied as (offset + w) (HF Gemma,
+    #: TransformerEngine's zero_centered_gamma: offset 1). The suite still passes γ; the adapter stores
+    #: γ − offset in the dtype under test, and that rounding enters the budget.
+    norm_weight_offset: float = 0.0
     #: Operations computed as a chain of separate framework ops whose intermediates (and saved
     #: activations) are stored in the input dtype: "op" for forward and backward, "op.vjp" for the
     #: backward only.
@@ -154,6 +163,8 @@ class Conventions:
     low_precision_sums: frozenset[str] = frozenset()
     #: eps used when the suite passes eps=None: a number, or "finfo" for the input dtype's machine epsilon.
     eps_defaults: Mapping[str, EpsDefault] = field(default_factory=lambda: {"rms_norm": 1e-6, "layer_norm": 1e-5})
+    #: Subnormal results are flushed to zero (and subnormal operands read as zero), as XLA does on the CPU.
+    flush_subnormals: bool = False
     #: Operations allowed to write into their inputs.
     in_place_ops: frozenset[str] = frozenset()
 
@@ -164,9 +175,12 @@ class Conventions:
             "rope_angle_dtype": self.rope_angle_dtype,
             "compute_dtype": self.compute_dtype,
             "norm_rounding": self.norm_rounding,
+            "variance": self.variance,
+            "norm_weight_offset": self.norm_weight_offset,
             "unfused": sorted(self.unfused),
             "low_precision_sums": sorted(self.low_precision_sums),
             "eps_defaults": dict(self.eps_defaults),
+            "flush_subnormals": self.flush_subnormals,
             "in_place_ops": sorted(self.in_place_ops),
         }
 

@@ -7,13 +7,21 @@ import inspect
 from importlib.metadata import entry_points
 
 from adapters.contract import Adapter, ContractError, validate
+from adapters.extras import EXTRAS  # noqa: F401 - re-exported: the extra each built-in adapter needs
 
 #: Built-in adapters: name -> "module:factory".
 BUILTIN: dict[str, str] = {
     "numpy": "adapters.numpy_oracle:NumpyAdapter",
     "torch": "adapters.torch_adapter:TorchAdapter",
     "torch-compile": "adapters.torch_compile_adapter:TorchCompileAdapter",
+    "jax": "adapters.jax_adapter:JaxAdapter",
+    "flax": "adapters.flax_adapter:FlaxLinenAdapter",
+    "flax-nnx": "adapters.flax_adapter:FlaxNnxAdapter",
+    "hf-llama": "adapters.hf_adapter:HFLlamaAdapter",
+    "hf-gemma": "adapters.hf_adapter:HFGemmaAdapter",
+    "hf-t5": "adapters.hf_adapter:HFT5Adapter",
 }
+
 
 #: Default adapters of a conformance run.
 DEFAULT = ("numpy", "torch")

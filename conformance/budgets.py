@@ -42,7 +42,12 @@ def rounding(op: str, dtype: Format, conv: Conventions, grad: bool = False) -> R
 
     u_work = min(dtype.unit_roundoff, fmt(conv.compute_dtype).unit_roundoff)
     u_mid = dtype.unit_roundoff if declared(conv.unfused) else u_work
-    return Rounding(u_work=u_work, u_mid=u_mid, u_sum=dtype.unit_roundoff if declared(conv.low_precision_sums) else 0.0)
+    return Rounding(
+        u_work=u_work,
+        u_mid=u_mid,
+        u_sum=dtype.unit_roundoff if declared(conv.low_precision_sums) else 0.0,
+        ftz=conv.flush_subnormals,
+    )
 
 
 def resolve_eps(op: str, eps: float | None, dtype: Format, conv: Conventions) -> float:
@@ -57,16 +62,40 @@ def _rsqrt(r: Rounding, a: Tracked) -> Tracked:
     return em.func(r, a, lambda v: 1.0 / np.sqrt(v), lambda v: -0.5 * v**-1.5)
 
 
-def _norm_stats(r: Rounding, x: Tracked, eps: float, centred: bool) -> tuple[Tracked, Tracked]:
-    """(x̂, r): the normalised input and 1/√(stat + ε), stat = mean(x²) or the biased variance."""
-    xc = em.sub(r, x, em.mean(r, x)) if centred else x
-    rinv = _rsqrt(r, em.add(r, em.mean(r, em.mul(r, xc, xc)), em.const(r, eps)))
-    return xc, rinv
+def _norm_stats(
+    r: Rounding, x: Tracked, eps: float, centred: bool, variance: str = "two_pass"
+) -> tuple[Tracked, Tracked]:
+    """(x − μ, r): the centred input (x itself for RMSNorm) and 1/√(stat + ε), stat = mean(x²) or the
+    biased variance.
+
+    ``variance="one_pass"`` computes the variance as mean(x²) − μ² (clamped at 0, which only moves a
+    negative result towards the true, non-negative one): the subtraction cancels, so its error is of the
+    order of u_work·mean(x²), not u_work·σ² — the tracked magnitudes carry that.
+    """
+    if not centred:
+        return x, _rsqrt(r, em.add(r, em.mean(r, em.mul(r, x, x)), em.const(r, eps)))
+    mu = em.mean(r, x)
+    xc = em.sub(r, x, mu)
+    if variance == "one_pass":
+        var = em.sub(r, em.mean(r, em.mul(r, x, x)), em.mul(r, mu, mu))
+    else:
+        var = em.mean(r, em.mul(r, xc, xc))
+    return xc, _rsqrt(r, em.add(r, var, em.const(r, eps)))
+
+
+def _norm_weight(r: Rounding, w: np.ndarray, conv: Conventions, dtype: Format) -> Tracked:
+    """γ as the candidate holds it: exact, or, stored zero-centred (``norm_weight_offset``), as
+    w = γ − offset rounded to the dtype under test and then offset + w in working precision."""
+    t = em.exact(w)
+    if conv.norm_weight_offset == 0.0:
+        return t
+    stored = dtype.unit_roundoff * np.abs(t.v - conv.norm_weight_offset) + r.eta(dtype.unit_roundoff)
+    return Tracked(t.v, stored + r.u_work * np.abs(t.v), t.m)
 
 
 def rms_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
     r = rounding("rms_norm", dtype, conv)
-    x, w = em.exact(inputs["x"]), em.exact(inputs["weight"])
+    x, w = em.exact(inputs["x"]), _norm_weight(r, inputs["weight"], conv, dtype)
     eps = resolve_eps("rms_norm", params.get("eps"), dtype, conv)
     _, rinv = _norm_stats(r, x, eps, centred=False)
     # "before_weight": x̂ is cast to the output dtype before the weight multiply (a second rounding)
@@ -76,9 +105,9 @@ def rms_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype
 
 def layer_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
     r = rounding("layer_norm", dtype, conv)
-    x, w, b = em.exact(inputs["x"]), em.exact(inputs["weight"]), em.exact(inputs["bias"])
+    x, w, b = em.exact(inputs["x"]), _norm_weight(r, inputs["weight"], conv, dtype), em.exact(inputs["bias"])
     eps = resolve_eps("layer_norm", params.get("eps"), dtype, conv)
-    xc, rinv = _norm_stats(r, x, eps, centred=True)
+    xc, rinv = _norm_stats(r, x, eps, centred=True, variance=conv.variance)
     xhat = em.mul(r, xc, rinv, unit=dtype.unit_roundoff if conv.norm_rounding == "before_weight" else None)
     return em.add(r, em.mul(r, xhat, w), b, unit=r.u_work)
 
@@ -87,7 +116,7 @@ def rms_norm_vjp(
     inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
 ) -> dict[str, Tracked]:
     r = rounding("rms_norm", dtype, conv, grad=True)
-    x, w, g = em.exact(inputs["x"]), em.exact(inputs["weight"]), em.exact(g64)
+    x, w, g = em.exact(inputs["x"]), _norm_weight(r, inputs["weight"], conv, dtype), em.exact(g64)
     eps = resolve_eps("rms_norm", params.get("eps"), dtype, conv)
     _, rinv = _norm_stats(r, x, eps, centred=False)
     xhat = em.mul(r, x, rinv)
@@ -101,9 +130,9 @@ def layer_norm_vjp(
     inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
 ) -> dict[str, Tracked]:
     r = rounding("layer_norm", dtype, conv, grad=True)
-    x, w, g = em.exact(inputs["x"]), em.exact(inputs["weight"]), em.exact(g64)
+    x, w, g = em.exact(inputs["x"]), _norm_weight(r, inputs["weight"], conv, dtype), em.exact(g64)
     eps = resolve_eps("layer_norm", params.get("eps"), dtype, conv)
-    xc, rinv = _norm_stats(r, x, eps, centred=True)
+    xc, rinv = _norm_stats(r, x, eps, centred=True, variance=conv.variance)
     xhat = em.mul(r, xc, rinv)
     gw = em.mul(r, g, w)
     inner = em.sub(r, em.sub(r, gw, em.mean(r, gw)), em.mul(r, xhat, em.mean(r, em.mul(r, gw, xhat))))
@@ -270,7 +299,11 @@ def _with_result(op: str, fn: Any, grad: bool) -> Any:
     def wrapped(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, *g: F64) -> Any:
         r = rounding(op, dtype, conv, grad=grad)
         out = fn(inputs, params, conv, dtype, *g)
-        return {k: em.result(r, t) for k, t in out.items()} if grad else em.result(r, out)
+        # flushing to zero: the final rounding may lose a result below the output's smallest normal
+        flushed = em.tiny(dtype.unit_roundoff) if conv.flush_subnormals else 0.0
+        if grad:
+            return {k: em.result(r, t, flushed) for k, t in out.items()}
+        return em.result(r, out, flushed)
 
     return wrapped
 

@@ -67,6 +67,13 @@ class Rounding:
     u_work: float  # working (compute) precision: fused arithmetic
     u_mid: float  # precision intermediates are stored in (u_work when fused, the dtype's u when not)
     u_sum: float = 0.0  # precision partial sums are kept in (u_work unless declared lower); 0: u_work
+    #: subnormal results are flushed to zero (XLA CPU): a stored value may be off by the smallest normal
+    #: number of its format instead of half the subnormal spacing
+    ftz: bool = False
+
+    def eta(self, unit: float) -> float:
+        """Absolute error of one rounding at ``unit`` near zero."""
+        return tiny(unit) if self.ftz else eta(unit)
 
     def gamma(self, n: int) -> float:
         """Bound on the relative error of an n-term accumulation: the deterministic (n − 1)·u, or the
@@ -77,7 +84,7 @@ class Rounding:
     @property
     def eta_sum(self) -> float:
         """Underflow allowance of one product or partial sum in an accumulation."""
-        return eta(self.u_sum or self.u_work)
+        return self.eta(self.u_sum or self.u_work)
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def exact(x: np.ndarray) -> Tracked:
 def _store(r: Rounding, v: F64, unit: float | None) -> F64:
     """The rounding of a result stored at ``unit`` (default: where intermediates are stored)."""
     u = r.u_mid if unit is None else unit
-    return u * np.abs(v) + eta(u)
+    return u * np.abs(v) + r.eta(u)
 
 
 def add(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
@@ -191,9 +198,10 @@ def exp(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
     return func(r, a, np.exp, np.exp, unit, spread=lambda v, e: np.exp(v) * np.expm1(e))
 
 
-def result(r: Rounding, out: Tracked) -> Tracked:
-    """An operation's result before its final rounding: its error plus the reordering allowance."""
-    return Tracked(out.v, out.e + REORDER_ULPS * r.u_work * out.m, out.m)
+def result(r: Rounding, out: Tracked, flushed: float = 0.0) -> Tracked:
+    """An operation's result before its final rounding: its error plus the reordering allowance (and
+    ``flushed``, the smallest normal of the output format, where subnormal results are flushed to zero)."""
+    return Tracked(out.v, out.e + REORDER_ULPS * r.u_work * out.m + flushed, out.m)
 
 
 def allowed_error(out: Tracked, dtype: Format) -> F64:

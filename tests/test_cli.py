@@ -25,7 +25,10 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--adapter", "nope"], "unknown adapter 'nope'; built-in adapters: numpy, torch"),
+        (
+            ["--adapter", "nope"],
+            "unknown adapter 'nope'; built-in adapters: flax, flax-nnx, hf-gemma, hf-llama, hf-t5, jax, numpy, torch, torch-compile",
+        ),
         (["--adapter", "no_such_pkg.mod:Adapter"], "cannot import 'no_such_pkg.mod': ModuleNotFoundError"),
         (["--adapter", "tests.faulty:Missing"], "module 'tests.faulty' has no attribute 'Missing'"),
         (["--adapter", "tests.faulty:not_an_adapter"], "is not an adapter: it has no conventions"),

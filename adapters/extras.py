@@ -1,0 +1,17 @@
+"""The optional dependency group (pyproject extra) each built-in adapter needs.
+
+Plain data, importable without the project's dependencies: ``nox -s conformance`` reads it to install
+what the adapters named by ``--adapter`` need before it runs them.
+"""
+
+EXTRAS: dict[str, str] = {
+    "numpy": "",
+    "torch": "torch",
+    "torch-compile": "torch",
+    "jax": "jax",
+    "flax": "jax",
+    "flax-nnx": "jax",
+    "hf-llama": "hf",
+    "hf-gemma": "hf",
+    "hf-t5": "hf",
+}

@@ -1,0 +1,76 @@
+"""A quick in-process smoke subset for built-in adapters: every declared operation on one small example
+per dtype, forward and gradient, held to the same oracle and budget as the conformance checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from adapters.contract import Adapter
+from conformance.checks import Record, check_forward, check_vjp
+from conformance.dtypes import Format, fmt
+from conformance.strategies import Case, fill
+
+
+def case(op: str, dtype: Format, seed: int = 0, n: int = 64) -> Case:
+    """A small, ordinary example of ``op`` in ``dtype``."""
+    inputs: dict[str, np.ndarray]
+    params: dict[str, Any] = {}
+    if op in ("rms_norm", "layer_norm"):
+        inputs = {"x": fill(dtype, (3, n), 1.0, seed), "weight": fill(dtype, (n,), 0.5, seed + 1, offset=1.0)}
+        if op == "layer_norm":
+            inputs["bias"] = fill(dtype, (n,), 0.5, seed + 2)
+        params = {"eps": 1e-5}
+    elif op == "rope":
+        inputs = {"x": fill(dtype, (2, 5, 16), 1.0, seed), "positions": np.arange(3, 8, dtype=np.int64)}
+        params = {"base": 10000.0, "rotary_dim": 8}
+    elif op == "swiglu_mlp":
+        d, h = 8, 12
+        inputs = {
+            "x": fill(dtype, (3, d), 1.0, seed),
+            "w1": fill(dtype, (d, h), d**-0.5, seed + 1),
+            "w3": fill(dtype, (d, h), d**-0.5, seed + 2),
+            "w2": fill(dtype, (h, d), h**-0.5, seed + 3),
+        }
+    else:
+        inputs = {"logits": fill(dtype, (3, 17), 2.0, seed)}
+        if op == "cross_entropy":
+            inputs["targets"] = np.array([0, 5, 16], dtype=np.int64)
+        else:
+            params = {"alpha": 1e-4}
+    return Case(inputs, params)
+
+
+@contextmanager
+def outside_hypothesis() -> Iterator[None]:
+    """Let the checks run outside a Hypothesis test (they steer its search with ``target``)."""
+    with mock.patch("conformance.checks.target", lambda *a, **k: None):
+        yield
+
+
+def smoke(adapter: Adapter, dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> list[str]:
+    """Run every declared floating operation of ``adapter``; return what was checked."""
+    checked = []
+    with outside_hypothesis():
+        _smoke(adapter, dtypes, checked)
+    return checked
+
+
+def _smoke(adapter: Adapter, dtypes: tuple[str, ...], checked: list[str]) -> None:
+    for op, cap in adapter.capabilities.items():
+        if op == "swiglu_hidden_dim":
+            continue
+        for name in dtypes:
+            if name not in cap.dtypes:
+                continue
+            dtype, rec = fmt(name), Record(op, op, "smoke", "")
+            c = case(op, dtype)
+            out = check_forward(adapter, op, c, dtype, rec)
+            if cap.grad:
+                cot = fill(dtype, out.shape, 1.0, 99)
+                check_vjp(adapter, op, c, cot, dtype, rec)
+            checked.append(f"{op}[{name}]")

@@ -1,0 +1,76 @@
+"""The HF transformers built-in adapters load, pass a smoke subset, and are held to what they declare."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from adapters.registry import load_adapter
+from conformance.checks import CheckFailure, Record, check_forward
+from conformance.dtypes import fmt
+from conformance.strategies import Case, fill
+from tests.adapter_smoke import outside_hypothesis, smoke
+
+
+@pytest.mark.parametrize("name", ["hf-llama", "hf-gemma", "hf-t5"])
+def test_smoke(name: str) -> None:
+    adapter = load_adapter(name)
+    assert adapter.name == name
+    assert smoke(adapter)
+
+
+def _norm_case(dtype_name: str, seed: int = 7, n: int = 256) -> Case:
+    dtype = fmt(dtype_name)
+    return Case(
+        {"x": fill(dtype, (4, n), 1.0, seed), "weight": fill(dtype, (n,), 1.0, seed + 1, offset=1.0)}, {"eps": 1e-6}
+    )
+
+
+@pytest.mark.parametrize("name", ["hf-llama", "hf-t5"])
+def test_cast_before_weight_is_enforced(name: str) -> None:
+    """An HF-style norm (cast to bfloat16, then times the weight) that declared a single rounding is
+    caught in bfloat16; declared as it is, it passes."""
+    adapter = load_adapter(name)
+    dtype, case = fmt("bfloat16"), _norm_case("bfloat16")
+    with outside_hypothesis():
+        check_forward(adapter, "rms_norm", case, dtype, Record("rms", "rms_norm", "", ""))
+    adapter.conventions = replace(adapter.conventions, norm_rounding="single")
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+        check_forward(adapter, "rms_norm", case, dtype, Record("rms", "rms_norm", "", ""))
+
+
+def test_gemma_weight_offset() -> None:
+    """GemmaRMSNorm computes norm(x)·(1 + w): the adapter passes w = γ − 1. Passing γ itself (a converter
+    that forgets the offset) is caught."""
+    from adapters.hf_adapter import HFGemmaAdapter
+
+    adapter = load_adapter("hf-gemma")
+    case = _norm_case("float32")
+    with outside_hypothesis():
+        check_forward(adapter, "rms_norm", case, fmt("float32"), Record("rms", "rms_norm", "", ""))
+
+    class Forgets(HFGemmaAdapter):
+        name = "gemma-no-offset"
+
+        def norm_weight(self, weight):  # type: ignore[no-untyped-def]
+            return weight
+
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+        check_forward(Forgets(), "rms_norm", case, fmt("float32"), Record("rms", "rms_norm", "", ""))
+
+
+def test_gemma_offset_budget_counts_the_stored_weight() -> None:
+    """In bfloat16, γ − 1 is not always representable: the declared offset charges that rounding."""
+    from adapters.contract import Conventions
+    from conformance import budgets
+
+    dtype = fmt("bfloat16")
+    w = np.array([-3.03125, 1.5], dtype=dtype.np_dtype)  # −4.03125 needs 9 bits; 0.5 is exact
+    inputs = {"x": np.ones((1, 2), dtype=dtype.np_dtype), "weight": w}
+    plain = budgets.FORWARD["rms_norm"](inputs, {"eps": 1e-6}, Conventions(), dtype)
+    offset = budgets.FORWARD["rms_norm"](inputs, {"eps": 1e-6}, Conventions(norm_weight_offset=1.0), dtype)
+    assert offset.e[0, 0] - plain.e[0, 0] >= dtype.unit_roundoff * 4.03125 * 0.99

@@ -1,0 +1,66 @@
+"""The jax, flax and flax-nnx built-in adapters load, declare honestly, and pass a smoke subset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+from adapters.registry import load_adapter
+from conformance.checks import CheckFailure, Record, check_forward
+from conformance.dtypes import fmt
+from conformance.strategies import Case, fill
+from tests.adapter_smoke import outside_hypothesis, smoke
+
+
+@pytest.mark.parametrize("name", ["jax", "flax", "flax-nnx"])
+def test_smoke(name: str) -> None:
+    adapter = load_adapter(name)
+    assert adapter.name == name
+    assert smoke(adapter)
+
+
+def test_jax_hidden_dim() -> None:
+    assert int(load_adapter("jax").forward("swiglu_hidden_dim", {}, {"d": 4096, "multiple_of": 256})) == 11008
+
+
+def test_flax_declares_only_its_norms() -> None:
+    for name in ("flax", "flax-nnx"):
+        a = load_adapter(name)
+        assert set(a.capabilities) == {"rms_norm", "layer_norm"}
+        assert a.conventions.variance == "one_pass" and a.conventions.eps_defaults["layer_norm"] == 1e-6
+
+
+def test_flax_default_output_is_promoted() -> None:
+    """By default a bfloat16 input gives a float32 output (fp32 parameters); the adapter casts it once."""
+    from adapters.flax_adapter import FlaxLinenAdapter
+
+    dtype = fmt("bfloat16")
+    inputs = {"x": fill(dtype, (2, 8), 1.0, 0), "weight": fill(dtype, (8,), 0.5, 1, offset=1.0)}
+    raw = FlaxLinenAdapter(output="module").forward("rms_norm", inputs, {"eps": None})
+    cast = FlaxLinenAdapter().forward("rms_norm", inputs, {"eps": None})
+    assert raw.dtype == np.float32 and cast.dtype == dtype.np_dtype
+    assert np.array_equal(dtype.round(raw.astype(np.float64)), cast)
+
+
+def test_one_pass_variance_is_enforced() -> None:
+    """Flax's LayerNorm declared with a two-pass variance is caught where the one-pass formula cancels:
+    rows whose mean is large against their spread."""
+    from adapters.contract import Conventions
+    from adapters.flax_adapter import FlaxLinenAdapter
+
+    declared = FlaxLinenAdapter()
+    undeclared = FlaxLinenAdapter()
+    undeclared.conventions = Conventions(eps_defaults=declared.conventions.eps_defaults)  # two-pass
+    dtype = fmt("float32")
+    n = 256
+    x = fill(dtype, (4, n), 1.0, 3, offset=300.0)  # |μ|/σ = 300: mean(x²) − μ² loses ~17 bits
+    c = Case(
+        {"x": x, "weight": fill(dtype, (n,), 0.5, 4, offset=1.0), "bias": fill(dtype, (n,), 0.5, 5)}, {"eps": 1e-5}
+    )
+    with outside_hypothesis():
+        check_forward(declared, "layer_norm", c, dtype, Record("ln", "layer_norm", "", ""))
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+        check_forward(undeclared, "layer_norm", c, dtype, Record("ln", "layer_norm", "", ""))
