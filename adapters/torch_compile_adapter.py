@@ -25,9 +25,7 @@ class TorchCompileAdapter(TorchAdapter):
         super().__init__(device, rope_layout)
         # generous cache limits: a run meets many (rank, dtype, parameter) combinations per operation
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        torch._dynamo.config.accumulated_cache_size_limit = max(
-            torch._dynamo.config.accumulated_cache_size_limit, 4096
-        )
+        torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
         self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items()}
 
     def environment(self) -> dict[str, str]:
