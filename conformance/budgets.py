@@ -112,6 +112,11 @@ def layer_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dty
     return em.add(r, em.mul(r, xhat, w), b, unit=r.u_work)
 
 
+def _before_weight_unit(conv: Conventions, dtype: Format) -> float | None:
+    """Where a "before_weight" norm rounds in its backward: g·γ and the saved x̂ are products in the dtype."""
+    return dtype.unit_roundoff if conv.norm_rounding == "before_weight" else None
+
+
 def rms_norm_vjp(
     inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
 ) -> dict[str, Tracked]:
@@ -120,10 +125,14 @@ def rms_norm_vjp(
     eps = resolve_eps("rms_norm", params.get("eps"), dtype, conv)
     _, rinv = _norm_stats(r, x, eps, centred=False)
     xhat = em.mul(r, x, rinv)
-    gw = em.mul(r, g, w)
+    lowp = _before_weight_unit(conv, dtype)  # the weight multiply and its backward run in the dtype
+    gw = em.mul(r, g, w, unit=lowp)
     c = em.mean(r, em.mul(r, gw, xhat))
-    dx = em.mul(r, rinv, em.sub(r, gw, em.mul(r, xhat, c)), unit=r.u_work)
-    return {"x": dx, "weight": em.sum_rows(r, em.mul(r, g, xhat), unit=r.u_work)}
+    # two paths reach x (directly, and through mean(x²)); autodiff rounds each partial gradient where it
+    # stores intermediates, after the factor r, and then sums them
+    dx = em.sub(r, em.mul(r, rinv, gw), em.mul(r, rinv, em.mul(r, xhat, c)), unit=r.u_work)
+    xhat_stored = em.mul(r, x, rinv, unit=lowp)
+    return {"x": dx, "weight": em.sum_rows(r, em.mul(r, g, xhat_stored), unit=r.u_work)}
 
 
 def layer_norm_vjp(
@@ -134,11 +143,15 @@ def layer_norm_vjp(
     eps = resolve_eps("layer_norm", params.get("eps"), dtype, conv)
     xc, rinv = _norm_stats(r, x, eps, centred=True, variance=conv.variance)
     xhat = em.mul(r, xc, rinv)
-    gw = em.mul(r, g, w)
-    inner = em.sub(r, em.sub(r, gw, em.mean(r, gw)), em.mul(r, xhat, em.mean(r, em.mul(r, gw, xhat))))
+    lowp = _before_weight_unit(conv, dtype)
+    gw = em.mul(r, g, w, unit=lowp)
+    # three paths reach x (directly, through μ and through σ²), each partial rounded after the factor r
+    direct = em.mul(r, rinv, gw)
+    via_mean = em.mul(r, rinv, em.mean(r, gw))
+    via_var = em.mul(r, rinv, em.mul(r, xhat, em.mean(r, em.mul(r, gw, xhat))))
     return {
-        "x": em.mul(r, rinv, inner, unit=r.u_work),
-        "weight": em.sum_rows(r, em.mul(r, g, xhat), unit=r.u_work),
+        "x": em.sub(r, em.sub(r, direct, via_mean), via_var, unit=r.u_work),
+        "weight": em.sum_rows(r, em.mul(r, g, em.mul(r, xc, rinv, unit=lowp)), unit=r.u_work),
         "bias": em.sum_rows(r, g, unit=r.u_work),
     }
 
@@ -185,25 +198,31 @@ def rope_vjp(
 
 
 def _silu_parts(r: Rounding, a: Tracked) -> tuple[Tracked, Tracked]:
-    """(SiLU(a), SiLU'(a)) from σ(a): a·σ(a) and σ(a)·(1 + a·(1 − σ(a))).
+    """(σ(a), SiLU(a) = a·σ(a)), σ stored where intermediates are.
 
-    σ is the elementary function (it may lose results below the smallest normal number); the rest is
-    arithmetic, so σ's absolute error reaches SiLU' multiplied by |1 + a|, as it does in real kernels.
+    σ is the elementary function (it may lose results below the smallest normal number); SiLU is the
+    product, as a chain of framework ops computes it.
     """
     sigma = ref.swiglu.sigmoid
-    sig = em.func(r, a, sigma, lambda v: sigma(v) * (1.0 - sigma(v)), unit=r.u_work)
+    sig = em.func(r, a, sigma, lambda v: sigma(v) * (1.0 - sigma(v)))
+    return sig, em.mul(r, a, sig)
+
+
+def _silu_vjp(r: Rounding, a: Tracked, sig: Tracked, ds: Tracked) -> Tracked:
+    """∂L/∂a = ds·σ + (ds·a)·(σ·(1 − σ)): the product rule on a·σ(a), as autodiff evaluates it.
+
+    σ's absolute error reaches the result multiplied by about |ds|·|1 + a|, as it does in real kernels; a
+    fused kernel computes the same terms with fewer roundings, well within this.
+    """
     one = em.exact(np.ones_like(a.v))
-    silu = em.mul(r, a, sig)
-    dsilu = em.mul(
-        r, sig, em.add(r, one, em.mul(r, a, em.sub(r, one, sig, unit=r.u_work), unit=r.u_work), unit=r.u_work)
-    )
-    return silu, dsilu
+    dsig = em.mul(r, sig, em.sub(r, one, sig))
+    return em.add(r, em.mul(r, ds, sig), em.mul(r, em.mul(r, ds, a), dsig))
 
 
 def swiglu_mlp(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
     r = rounding("swiglu_mlp", dtype, conv)
     x, w1, w3, w2 = (em.exact(inputs[k]) for k in ("x", "w1", "w3", "w2"))
-    silu, _ = _silu_parts(r, em.matmul(r, x, w1))
+    _, silu = _silu_parts(r, em.matmul(r, x, w1))
     h = em.mul(r, silu, em.matmul(r, x, w3))
     return em.matmul(r, h, w2, unit=r.u_work)
 
@@ -216,10 +235,10 @@ def swiglu_mlp_vjp(
     x, g = em.rows(em.exact(inputs["x"])), em.rows(em.exact(g64))
     w1, w3, w2 = (em.exact(inputs[k]) for k in ("w1", "w3", "w2"))
     a, b = em.matmul(r, x, w1), em.matmul(r, x, w3)
-    silu, dsilu = _silu_parts(r, a)
+    sig, silu = _silu_parts(r, a)
     h = em.mul(r, silu, b)
     dh = em.matmul(r, g, em.transpose(w2))
-    da = em.mul(r, em.mul(r, dh, b), dsilu)
+    da = _silu_vjp(r, a, sig, em.mul(r, dh, b))
     db = em.mul(r, dh, silu)
     dx = em.add(r, em.matmul(r, da, em.transpose(w1)), em.matmul(r, db, em.transpose(w3)), unit=r.u_work)
     xt = em.transpose(x)
