@@ -1,5 +1,6 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests),
-``lint`` (ruff and mypy), ``bench`` (how long the CI-profile conformance run takes).
+``lint`` (ruff and mypy), ``bench`` (how long the CI-profile conformance run takes), ``mutants`` (the suite
+against the catalogue of defective implementations: every one must be caught).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
@@ -49,7 +50,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     install(session, "torch", "dev")
     session.run("ruff", "check", ".")
-    session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks")
+    session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks", "mutants")
 
 
 @nox.session(python=PYTHON)
@@ -57,3 +58,11 @@ def bench(session: nox.Session) -> None:
     """Time the CI-profile conformance run of the torch adapter (a benchmark, never a test)."""
     install(session, "torch")
     session.run("python", "benchmarks/bench_conformance.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """Run the conformance checks against every mutant of mutants/catalogue.py; fails if one survives.
+    Writes mutants.json and mutants.md to reports/out/mutants/ (``-- --out DIR`` elsewhere)."""
+    install(session, "torch")
+    session.run("python", "mutants/run.py", *session.posargs)

@@ -38,6 +38,10 @@ class Record:
     budget_used: float | None = None
     worst: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: examples the check has started (Hypothesis's generation, targeting and shrinking all count)
+    calls: int = 0
+    #: the 1-based index of the example that first failed: how many examples it took to find a failure
+    first_failure: int | None = None
 
     def __repr__(self) -> str:
         return f"Record({self.check_id!r})"
