@@ -275,7 +275,11 @@ def ln_one_pass_variance_low_precision(a: MutantAdapter) -> None:
     a.impl["layer_norm"] = layer_norm
 
 
-@mutant("layer_norm", "layer_norm/forward", "one-pass variance E[x²] − μ² in float32: cancels for offset inputs")
+@mutant(
+    "layer_norm",
+    "layer_norm/shift-invariance",
+    "one-pass variance E[x²] − μ² in float32: cancels for inputs with a large common offset",
+)
 def ln_one_pass_variance_fp32(a: MutantAdapter) -> None:
     def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
         xf = x.float()
@@ -549,7 +553,7 @@ def ce_label_smoothing(a: MutantAdapter) -> None:
 
 @mutant(
     "cross_entropy",
-    "cross_entropy/forward",
+    "cross_entropy/gradient",
     "logsumexp with exp and partial sums in the input dtype, not declared as low-precision sums",
 )
 def ce_sums_in_input_dtype(a: MutantAdapter) -> None:
