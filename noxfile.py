@@ -1,7 +1,8 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests),
 ``lint`` (ruff and mypy), ``bench`` (the performance report: docs/performance.md), ``bench-conformance``
 (how long the CI-profile conformance run takes), ``report`` (merge report.json files into the static site
-under reports/site/).
+under reports/site/), ``mutants`` (the suite against the catalogue of defective implementations: every one
+must be caught).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
@@ -79,7 +80,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     install(session, "torch", "dev")
     session.run("ruff", "check", ".")
-    session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks")
+    session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks", "mutants")
 
 
 def _option_value(args: list[str], name: str) -> str | None:
@@ -120,3 +121,11 @@ def report(session: nox.Session) -> None:
         session.error("give the report.json files to merge: nox -s report -- REPORT.json ...")
     install(session)
     session.run("python", "-m", "reports.dashboard", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """Run the conformance checks against every mutant of mutants/catalogue.py; fails if one survives.
+    Writes mutants.json and mutants.md to reports/out/mutants/ (``-- --out DIR`` elsewhere)."""
+    install(session, "torch")
+    session.run("python", "mutants/run.py", *session.posargs)

@@ -42,6 +42,10 @@ class Record:
     #: filled while the check runs (``extra["repro"]``: the failing call, conformance/repro.py); not an
     #: init field, so Hypothesis's printed counterexample leaves it out
     extra: dict[str, Any] = field(default_factory=dict, init=False)
+    #: examples the check has started (Hypothesis's generation, targeting and shrinking all count)
+    calls: int = field(default=0, init=False)
+    #: the 1-based index of the example that first failed: how many examples it took to find a failure
+    first_failure: int | None = field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"Record({self.check_id!r})"

@@ -3,8 +3,10 @@
 from conformance.plugin import (  # noqa: F401 - pytest finds hooks and fixtures by name in a conftest
     declared_support,
     pytest_addoption,
+    pytest_collection_modifyitems,
     pytest_configure,
     pytest_generate_tests,
+    pytest_runtest_call,
     pytest_runtest_logreport,
     pytest_runtest_makereport,
     pytest_sessionfinish,

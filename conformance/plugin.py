@@ -7,6 +7,7 @@ Hypothesis's own ``--hypothesis-profile`` and ``--hypothesis-seed`` apply as usu
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Generator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.errors import HypothesisException
 
 from adapters.contract import Adapter
 from adapters.registry import DEFAULT, AdapterLoadError, import_path, load_adapter
@@ -64,6 +66,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="a candidate call that takes longer is stopped and fails as hung (default: 60; 0: no limit)",
+    )
+    group.addoption(
+        "--behaviour",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the checks of this behaviour (repeatable, comma-separated; e.g. rope, z_loss)",
     )
     group.addoption(
         "--report-dir",
@@ -118,6 +127,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("dtype", [fmt(n) for n in names], ids=names, scope="session")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--behaviour``, deselect the checks of every other behaviour."""
+    wanted = set(_split(config.getoption("behaviour")))
+    if not wanted:
+        return
+    keep = [i for i in items if _marker(i).get("behaviour") in wanted]
+    dropped = [i for i in items if _marker(i).get("behaviour") not in wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 def _marker(item: pytest.Item) -> dict[str, Any]:
     m = item.get_closest_marker("conformance")
     return dict(m.kwargs) if m else {}
@@ -150,6 +171,35 @@ def declared_support(request: pytest.FixtureRequest) -> None:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
     if meta.get("grad") and not cap.grad:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Count the examples a Hypothesis check runs and note the index of the first that fails, through
+    the wrapper hook Hypothesis offers plugins (``test.hypothesis.inner_test``)."""
+    handle = getattr(getattr(item, "obj", None), "hypothesis", None)
+    rec = item.stash.get(RECORD_KEY, None)
+    if handle is None or rec is None or getattr(handle.inner_test, "_counts_examples", False):
+        return
+    inner = handle.inner_test
+
+    @functools.wraps(inner)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        r = kwargs.get("record")
+        if not isinstance(r, Record):
+            return inner(*args, **kwargs)
+        r.calls += 1
+        try:
+            return inner(*args, **kwargs)
+        except HypothesisException:
+            raise  # Hypothesis's own control flow (an unsatisfied assumption), not a failure
+        except Exception:
+            if r.first_failure is None:
+                r.first_failure = r.calls
+            raise
+
+    counted._counts_examples = True  # type: ignore[attr-defined]
+    handle.inner_test = counted
 
 
 def _failure(call: pytest.CallInfo[None]) -> dict[str, Any]:
@@ -210,6 +260,7 @@ def pytest_runtest_makereport(
             max_ulp=rec.max_ulp,
             budget_used=rec.budget_used,
             worst=rec.worst,
+            **({"first_failure": rec.first_failure} if rec.first_failure is not None else {}),
             **({"extra": rec.extra} if rec.extra else {}),
         )
     if rep.failed:
@@ -248,7 +299,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             },
         )
         r["duration_s"] += report.duration
-        for k in ("examples", "max_ulp", "budget_used", "worst", "extra"):
+        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure"):
             if k in p:
                 r[k] = p[k]
         if report.skipped:

@@ -4,11 +4,14 @@
   depends only on the candidate. Failures print the ``@reproduce_failure`` blob.
 * ``dev`` — quick and random: a different sample each run, for local iteration.
 * ``thorough`` — many more examples, random, for a release or a new kernel.
+* ``ci-noshrink`` — ``ci`` without the shrink phase: the same examples and the same verdicts, the first
+  failing example reported as found rather than minimised. For runs that only need verdicts, such as the
+  mutant run (``mutants/run.py``), where shrinking costs most of the time.
 """
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 COMMON = dict(
     deadline=None,
@@ -17,8 +20,16 @@ COMMON = dict(
 )
 
 settings.register_profile("ci", derandomize=True, database=None, max_examples=40, **COMMON)  # type: ignore[arg-type]
+settings.register_profile(
+    "ci-noshrink",
+    derandomize=True,
+    database=None,
+    max_examples=40,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+    **COMMON,  # type: ignore[arg-type]
+)
 settings.register_profile("dev", max_examples=15, **COMMON)  # type: ignore[arg-type]
 settings.register_profile("thorough", max_examples=400, **COMMON)  # type: ignore[arg-type]
 
 DEFAULT_PROFILE = "ci"
-PROFILES = ("ci", "dev", "thorough")
+PROFILES = ("ci", "dev", "thorough", "ci-noshrink")

@@ -61,3 +61,11 @@ def test_failure_carries_counterexample(planted_run: Run, tmp_path: Path) -> Non
     assert "Falsifying example" in c["counterexample"] or "Failing test case" in c["counterexample"]
     assert "reproduce_failure" in c["counterexample"]
     assert c["examples"] >= 1 and c["max_ulp"] > 1
+
+
+def test_first_failing_example_recorded(planted_run: Run) -> None:
+    """A failed Hypothesis check records the index of its first failing example (before shrinking)."""
+    c = planted_run.checks(adapter="z-loss-linear", check="z_loss/value", dtype="float32")[0]
+    assert 1 <= c["first_failure"] <= c["examples"]
+    passed = planted_run.checks(adapter="z-loss-linear", status="passed")
+    assert passed and all("first_failure" not in p for p in passed)

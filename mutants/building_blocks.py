@@ -1,0 +1,170 @@
+"""Torch building blocks from which the mutants are made: a RoPE with switchable defects, reductions
+whose partial sums round to the input dtype, and autograd functions with a deliberately wrong backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def tree_sum(t: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sum along ``dim`` pairwise, every partial sum rounded to ``t``'s dtype (a tree reduction that keeps
+    its accumulator in bfloat16/float16)."""
+    t = t.movedim(dim, -1)
+    while t.shape[-1] > 1:
+        if t.shape[-1] % 2:
+            t = torch.cat((t, torch.zeros_like(t[..., :1])), dim=-1)
+        t = t[..., 0::2] + t[..., 1::2]
+    return t[..., 0]
+
+
+def matmul_low_precision_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` with products and partial sums rounded to the input dtype."""
+    return tree_sum(a[..., :, None] * b, dim=-2)
+
+
+def rope_variant(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    base: float,
+    rotary_dim: int | None,
+    layout: str,
+    *,
+    exponent_step: int = 2,
+    freq_dim: int | None = None,
+    pos_dtype: torch.dtype | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    table_dtype: torch.dtype | None = None,
+    sign: float = 1.0,
+    rotate_last: bool = False,
+) -> torch.Tensor:
+    """RoPE as ``adapters.torch_adapter.rope_torch`` computes it, with one knob per real-world defect:
+
+    * ``exponent_step``: θ_i = base^(−step·i/d) for pair i (1: the exponent i/d instead of 2i/d);
+    * ``freq_dim``: the d in the exponent (the head width instead of rotary_dim, for partial rotary);
+    * ``pos_dtype``: positions cast to this dtype before the angles are formed;
+    * ``angle_dtype``: precision of the inverse frequencies and the angles;
+    * ``table_dtype``: the cos/sin tables rounded to this dtype before the rotation;
+    * ``sign``: −1 rotates by −m·θ_i;
+    * ``rotate_last``: rotate the last rotary_dim features instead of the first.
+    """
+    d = x.shape[-1]
+    rd = d if rotary_dim is None else rotary_dim
+    fd = rd if freq_dim is None else freq_dim
+    pair = torch.arange(0, rd // 2, device=x.device, dtype=torch.int64)
+    inv_freq = 1.0 / (base ** ((exponent_step * pair).to(angle_dtype) / fd))
+    pos = positions if pos_dtype is None else positions.to(pos_dtype)
+    angles = pos.to(angle_dtype)[:, None] * inv_freq.to(angle_dtype)[None, :]
+    cos, sin = angles.cos().float(), (sign * angles.sin()).float()
+    if table_dtype is not None:
+        cos, sin = cos.to(table_dtype).float(), sin.to(table_dtype).float()
+    xf = x.float()
+    rot, rest = (xf[..., d - rd :], xf[..., : d - rd]) if rotate_last else (xf[..., :rd], xf[..., rd:])
+    if layout == "interleaved":
+        a, b = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    else:
+        a, b = rot[..., : rd // 2], rot[..., rd // 2 :]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    parts = (rest, out) if rotate_last else (out, rest)
+    return torch.cat(parts, dim=-1).to(x.dtype)
+
+
+class RopeForwardRotationInBackward(torch.autograd.Function):
+    """RoPE whose backward applies the forward rotation R_m to the gradient instead of its transpose R_−m."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, positions: torch.Tensor, base: float, rd: int | None, layout: str) -> Any:
+        ctx.args = (positions, base, rd, layout)
+        return rope_variant(x, positions, base, rd, layout)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        positions, base, rd, layout = ctx.args
+        return rope_variant(g, positions, base, rd, layout), None, None, None, None
+
+
+class SiluSigmoidGrad(torch.autograd.Function):
+    """SiLU whose backward uses σ(z) as the derivative, dropping the z·σ(z)(1 − σ(z)) term."""
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor) -> Any:
+        ctx.save_for_backward(z)
+        return F.silu(z)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        (z,) = ctx.saved_tensors
+        return g * torch.sigmoid(z)
+
+
+class SquareWithoutTwo(torch.autograd.Function):
+    """z² whose backward forgets the factor 2 (returns g·z)."""
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor) -> Any:
+        ctx.save_for_backward(z)
+        return z * z
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        (z,) = ctx.saved_tensors
+        return g * z
+
+
+class CrossEntropyFusedBackward(torch.autograd.Function):
+    """Per-token cross-entropy with a hand-written backward softmax − onehot, scaled by ``scale``; with
+    ``use_upstream`` False it ignores the incoming gradient (as a fused kernel that assumes it is 1)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, use_upstream: bool, scale: float) -> Any:
+        ctx.save_for_backward(logits, targets)
+        ctx.use_upstream, ctx.scale = use_upstream, scale
+        return F.cross_entropy(logits.float(), targets, reduction="none").to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        logits, targets = ctx.saved_tensors
+        grad = torch.softmax(logits.float(), dim=-1)
+        grad[torch.arange(len(targets)), targets] -= 1.0
+        if ctx.use_upstream:
+            grad = grad * g.float()[:, None]
+        return (grad * ctx.scale).to(logits.dtype), None, None, None
+
+
+class ScaleGrad(torch.autograd.Function):
+    """The identity whose backward multiplies the gradient by ``scale``."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, scale: float) -> Any:
+        ctx.scale = scale
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        return g * ctx.scale, None
+
+
+class RmsNormWeightGradLowPrecision(torch.autograd.Function):
+    """RMSNorm (float32 arithmetic, one rounding) whose weight gradient Σ_rows g·x̂ is accumulated in the
+    input dtype: products and partial sums rounded to bfloat16/float16."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> Any:
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+            y = F.rms_norm(xf, (xf.shape[-1],), wf, ctx.eps)
+            dx, _ = torch.autograd.grad(y, (xf, wf), g.float())
+        xhat = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + ctx.eps)).to(x.dtype)
+        dw = tree_sum((g * xhat).reshape(-1, x.shape[-1]), dim=0)
+        return dx.to(x.dtype), dw.to(w.dtype), None

@@ -1,0 +1,625 @@
+"""The mutant catalogue: realistic defective implementations the conformance suite must reject.
+
+Each mutant is the built-in torch adapter (``adapters/torch_adapter.py``) with exactly one thing wrong:
+one entry of its ``impl`` table replaced, its hidden-width rule replaced, or one declared convention
+that the code does not follow. The defects are the ones real implementations make: the seeds' own
+warnings (a bias re-introduced into RMSNorm, ε placement, d_ff sizing) and the families found in model
+code and kernels (RoPE pair layouts and partial rotary, positions and angles in low precision, where a
+low-precision norm rounds, z-loss conventions, hand-written backwards).
+
+Every mutant loads as an adapter: ``--adapter mutants.catalogue:<attribute>`` (the attribute is the
+mutant's name with ``-`` spelled ``_``). ``mutants/run.py`` runs the suite against all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from adapters.torch_adapter import TorchAdapter, llama_hidden_dim
+from mutants.building_blocks import (
+    CrossEntropyFusedBackward,
+    RmsNormWeightGradLowPrecision,
+    RopeForwardRotationInBackward,
+    ScaleGrad,
+    SiluSigmoidGrad,
+    SquareWithoutTwo,
+    matmul_low_precision_sums,
+    rope_variant,
+    tree_sum,
+)
+
+#: Behaviours the conformance suite checks, and the module holding each one's checks.
+BEHAVIOURS: dict[str, str] = {
+    "rms_norm": "conformance/test_rmsnorm.py",
+    "layer_norm": "conformance/test_layernorm.py",
+    "rope": "conformance/test_rope.py",
+    "swiglu": "conformance/test_swiglu.py",
+    "cross_entropy": "conformance/test_losses.py",
+    "z_loss": "conformance/test_losses.py",
+}
+
+F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
+T = torch.Tensor
+
+
+class MutantAdapter(TorchAdapter):
+    """The torch adapter, open to one defect: ``impl`` entries, ``hidden_dim`` or ``conventions``."""
+
+    def __init__(self, name: str, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.name = name  # type: ignore[misc]
+        self.hidden_dim: Callable[..., int] = llama_hidden_dim
+
+    def declare(self, **changes: Any) -> None:
+        """Replace declared conventions (the code stays as it is)."""
+        self.conventions = dataclasses.replace(self.conventions, **changes)
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "swiglu_hidden_dim":
+            return np.asarray(self.hidden_dim(**params))
+        return super().forward(op, inputs, params)
+
+
+Defect = Callable[[MutantAdapter], None]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One defective implementation: calling it (with ``device=``) builds the adapter."""
+
+    name: str
+    behaviour: str  # the behaviour it breaks (a key of BEHAVIOURS)
+    defect: str  # one line: what is wrong
+    caught_by: str  # the check(s) whose failure must report it
+    apply: Defect
+
+    @property
+    def attribute(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def spec(self) -> str:
+        """The ``--adapter`` value that loads it."""
+        return f"{__name__}:{self.attribute}"
+
+    def __call__(self, device: str = "cpu") -> MutantAdapter:
+        adapter = MutantAdapter(self.name, device)
+        self.apply(adapter)
+        return adapter
+
+
+CATALOGUE: list[Mutant] = []
+
+
+def mutant(behaviour: str, caught_by: str, defect: str) -> Callable[[Defect], Mutant]:
+    """Register the decorated function (it plants the defect in a fresh adapter) as a mutant named after it."""
+
+    def register(apply: Defect) -> Mutant:
+        m = Mutant(apply.__name__.replace("_", "-"), behaviour, defect, caught_by, apply)
+        CATALOGUE.append(m)
+        return m
+
+    return register
+
+
+def _eps(eps: float | None, default: float) -> float:
+    return default if eps is None else eps
+
+
+def _rms(x: T, weight: T, eps: float, *, offset: float = 0.0, stat: str = "mean", dim: int = -1) -> T:
+    """RMSNorm in float32 with one rounding; ``stat`` "sum" divides by the L2 norm instead of the RMS."""
+    xf = x.float()
+    sq = xf.pow(2)
+    ms = sq.sum(dim, keepdim=True) if stat == "sum" else sq.mean(dim, keepdim=True)
+    return (xf * torch.rsqrt(ms + eps) * (weight.float() + offset)).to(x.dtype)
+
+
+def _ln(x: T, weight: T, bias: T, eps: float, *, dim: int = -1) -> T:
+    """LayerNorm in float32 with one rounding (two-pass variance)."""
+    xf = x.float()
+    xc = xf - xf.mean(dim, keepdim=True)
+    var = xc.pow(2).mean(dim, keepdim=True)
+    return (xc * torch.rsqrt(var + eps) * weight.float() + bias.float()).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- rms_norm
+
+
+@mutant("rms_norm", "rms_norm/forward", "a bias re-introduced: γ ⊙ x/rms + β with β = 1/64 (seed-002 §3.2.1 warns)")
+def rms_bias_reintroduced(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: (_rms(x, weight, _eps(eps, F32_EPS)).float() + 2**-6).to(x.dtype)
+
+
+@mutant("rms_norm", "rms_norm/forward", "mean-centred: x − mean(x) is normalised, a LayerNorm without β")
+def rms_mean_centred(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: _rms(
+        x - x.float().mean(-1, keepdim=True).to(x.dtype), weight, _eps(eps, F32_EPS)
+    )
+
+
+@mutant("rms_norm", "rms_norm/forward", "ε outside the square root: γ·x / (√mean(x²) + ε)")
+def rms_eps_outside_sqrt(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        xf = x.float()
+        return (weight.float() * xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + _eps(eps, F32_EPS))).to(x.dtype)
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant("rms_norm", "rms_norm/forward", "ε ignored: γ·x / √mean(x²), wrong only where mean(x²) is near ε")
+def rms_eps_ignored(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: _rms(x, weight, 0.0)
+
+
+@mutant("rms_norm", "rms_norm/forward", "eps=None mapped to 1e-5 while declaring float32's machine epsilon")
+def rms_eps_default_1e5(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: F.rms_norm(x, (x.shape[-1],), weight, _eps(eps, 1e-5))
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
+    "eps=None mapped to the input dtype's machine epsilon while declaring float32's (bfloat16: 7.8e-3)",
+)
+def rms_eps_default_input_dtype(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: F.rms_norm(
+        x, (x.shape[-1],), weight, _eps(eps, float(torch.finfo(x.dtype).eps))
+    )
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
+    "declares eps=None as the input dtype's epsilon (\"finfo\"); F.rms_norm uses float32's for every dtype",
+)
+def rms_declares_finfo_eps(a: MutantAdapter) -> None:
+    a.declare(eps_defaults={"rms_norm": "finfo", "layer_norm": 1e-5})
+
+
+@mutant("rms_norm", "rms_norm/forward", "Gemma-style (1 + γ) weight offset applied though not declared")
+def rms_gemma_offset(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: _rms(x, weight, _eps(eps, F32_EPS), offset=1.0)
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
+    "HF-style: x̂ cast to the input dtype before the weight multiply, while declaring a single rounding",
+)
+def rms_cast_before_weight(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        xf = x.float()
+        xhat = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _eps(eps, F32_EPS))).to(x.dtype)
+        return weight * xhat
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant("rms_norm", "rms_norm/forward", "computed entirely in the input dtype while declaring float32 arithmetic")
+def rms_all_low_precision(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: (
+        x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + _eps(eps, F32_EPS)) * weight
+    )
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
+    "sum of squares in the input dtype (float16 overflows past |x| ≈ 256), the rest in float32",
+)
+def rms_square_sum_low_precision(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        ms = (tree_sum(x * x) / x.shape[-1]).float()[..., None]
+        return (x.float() * torch.rsqrt(ms + _eps(eps, F32_EPS)) * weight.float()).to(x.dtype)
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant("rms_norm", "rms_norm/forward", "L2 norm instead of the RMS: √Σx² (the 1/n of the mean dropped)")
+def rms_sum_not_mean(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: _rms(x, weight, _eps(eps, F32_EPS), stat="sum")
+
+
+@mutant("rms_norm", "rms_norm/forward", "mean(x²) over the wrong axis (the token axis instead of the features)")
+def rms_mean_wrong_axis(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: _rms(x, weight, _eps(eps, F32_EPS), dim=0)
+
+
+@mutant("rms_norm", "rms_norm/gradient", "the RMS detached: its dependence on x is missing from ∂L/∂x")
+def rms_grad_rms_detached(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        xf = x.float()
+        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _eps(eps, F32_EPS)).detach()
+        return (xf * r * weight.float()).to(x.dtype)
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/gradient",
+    "∂L/∂γ accumulated over tokens in the input dtype (bfloat16 partial sums), not declared",
+)
+def rms_weight_grad_low_precision(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormWeightGradLowPrecision.apply(x, weight, _eps(eps, F32_EPS))
+
+
+# -------------------------------------------------------------------------------------------- layer_norm
+
+
+@mutant("layer_norm", "layer_norm/forward", "unbiased variance (divides by n − 1, torch.var's default)")
+def ln_unbiased_variance(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        xf = x.float()
+        y = (xf - xf.mean(-1, keepdim=True)) * torch.rsqrt(xf.var(-1, keepdim=True) + _eps(eps, 1e-5))
+        return (y * weight.float() + bias.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant("layer_norm", "layer_norm/forward", "one-pass variance E[x²] − μ² computed in the input dtype")
+def ln_one_pass_variance_low_precision(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        mu = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mu * mu
+        y = (x.float() - mu.float()) * torch.rsqrt(var.float().clamp_min(0) + _eps(eps, 1e-5))
+        return (y * weight.float() + bias.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant(
+    "layer_norm",
+    "layer_norm/shift-invariance",
+    "one-pass variance E[x²] − μ² in float32: cancels for inputs with a large common offset",
+)
+def ln_one_pass_variance_fp32(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        xf = x.float()
+        mu = xf.mean(-1, keepdim=True)
+        var = (xf * xf).mean(-1, keepdim=True) - mu * mu
+        y = (xf - mu) * torch.rsqrt(var.clamp_min(0) + _eps(eps, 1e-5))
+        return (y * weight.float() + bias.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant("layer_norm", "layer_norm/forward", "ε outside the square root: (x − μ)/(σ + ε)")
+def ln_eps_outside_sqrt(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        xf = x.float()
+        xc = xf - xf.mean(-1, keepdim=True)
+        y = xc / (xc.pow(2).mean(-1, keepdim=True).sqrt() + _eps(eps, 1e-5))
+        return (y * weight.float() + bias.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant("layer_norm", "layer_norm/forward", "no centring: the RMS statistic with a bias (RMSNorm + β as LayerNorm)")
+def ln_not_centred(a: MutantAdapter) -> None:
+    a.impl["layer_norm"] = lambda x, weight, bias, eps=None: (
+        _rms(x, weight, _eps(eps, 1e-5)).float() + bias.float()
+    ).to(x.dtype)
+
+
+@mutant("layer_norm", "layer_norm/forward", "bias added before the weight: γ ⊙ (x̂ + β)")
+def ln_bias_before_weight(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        xf = x.float()
+        xc = xf - xf.mean(-1, keepdim=True)
+        y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + _eps(eps, 1e-5))
+        return ((y + bias.float()) * weight.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant("layer_norm", "layer_norm/forward", "eps=None mapped to 1e-6 (RMSNorm's default) while declaring 1e-5")
+def ln_eps_default_1e6(a: MutantAdapter) -> None:
+    a.impl["layer_norm"] = lambda x, weight, bias, eps=None: F.layer_norm(
+        x, (x.shape[-1],), weight, bias, _eps(eps, 1e-6)
+    )
+
+
+@mutant("layer_norm", "layer_norm/forward", "normalised over the wrong axis (tokens instead of features)")
+def ln_wrong_axis(a: MutantAdapter) -> None:
+    a.impl["layer_norm"] = lambda x, weight, bias, eps=None: _ln(x, weight, bias, _eps(eps, 1e-5), dim=0)
+
+
+@mutant("layer_norm", "layer_norm/gradient", "the mean detached: ∂L/∂x misses the −mean(∂L/∂x̂) term")
+def ln_grad_mean_detached(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        xf = x.float()
+        xc = xf - xf.mean(-1, keepdim=True).detach()
+        y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + _eps(eps, 1e-5))
+        return (y * weight.float() + bias.float()).to(x.dtype)
+
+    a.impl["layer_norm"] = layer_norm
+
+
+@mutant("layer_norm", "layer_norm/gradient", "∂L/∂β averaged over tokens instead of summed")
+def ln_bias_grad_averaged(a: MutantAdapter) -> None:
+    def layer_norm(x: T, weight: T, bias: T, eps: float | None = None) -> T:
+        tokens = x.numel() // x.shape[-1]
+        return F.layer_norm(x, (x.shape[-1],), weight, ScaleGrad.apply(bias, 1.0 / tokens), _eps(eps, 1e-5))
+
+    a.impl["layer_norm"] = layer_norm
+
+
+# -------------------------------------------------------------------------------------------------- rope
+
+
+def _rope(a: MutantAdapter, **knobs: Any) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, layout, **knobs
+    )
+
+
+@mutant("rope", "rope/forward", "declares the half-split layout (i, i + d/2) but rotates interleaved pairs (2i, 2i+1)")
+def rope_wrong_pairs(a: MutantAdapter) -> None:
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, "interleaved"
+    )
+
+
+@mutant("rope", "rope/forward", "θ exponent i/d instead of 2i/d: θ_i = base^(−i/d)")
+def rope_theta_exponent_i_over_d(a: MutantAdapter) -> None:
+    _rope(a, exponent_step=1)
+
+
+@mutant("rope", "rope/forward", "base ignored: always 10000")
+def rope_base_ignored(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, 10000.0, rotary_dim, layout
+    )
+
+
+@mutant("rope", "rope/forward", "partial rotary ignored: all d features rotate, the pass-through ones too")
+def rope_rotates_passthrough(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(x, positions, base, None, layout)
+
+
+@mutant("rope", "rope/forward", "partial rotary: frequencies use the head width d instead of rotary_dim")
+def rope_partial_freqs_over_head_dim(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, layout, freq_dim=x.shape[-1]
+    )
+
+
+@mutant("rope", "rope/forward", "partial rotary: the last rotary_dim features rotate instead of the first")
+def rope_partial_rotates_last(a: MutantAdapter) -> None:
+    _rope(a, rotate_last=True)
+
+
+@mutant("rope", "rope/forward", "positions cast to bfloat16 before the angles (exact integers only up to 256)")
+def rope_positions_bf16(a: MutantAdapter) -> None:
+    _rope(a, pos_dtype=torch.bfloat16)
+
+
+@mutant("rope", "rope/forward", "inverse frequencies and angles computed in the input dtype, not float32")
+def rope_angles_input_dtype(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, layout, angle_dtype=x.dtype
+    )
+
+
+@mutant("rope", "rope/forward", "cos/sin tables rounded to the input dtype (HF style) while declaring float32")
+def rope_tables_input_dtype(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, layout, table_dtype=x.dtype
+    )
+
+
+@mutant("rope", "rope/forward", "rotation reversed: pairs rotate by −m·θ_i (sin with the wrong sign)")
+def rope_rotation_reversed(a: MutantAdapter) -> None:
+    _rope(a, sign=-1.0)
+
+
+@mutant("rope", "rope/forward", "positions ignored: 0, 1, …, T−1 used whatever the caller passes")
+def rope_positions_ignored(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, torch.arange(x.shape[-2], device=x.device), base, rotary_dim, layout
+    )
+
+
+@mutant("rope", "rope/forward", "declares float64 angles while computing them in float32")
+def rope_declares_float64_angles(a: MutantAdapter) -> None:
+    a.declare(rope_angle_dtype="float64")
+
+
+@mutant("rope", "rope/gradient", "backward applies R_m again instead of its transpose R_−m (wrong sign)")
+def rope_backward_wrong_sign(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: RopeForwardRotationInBackward.apply(
+        x, positions, base, rotary_dim, layout
+    )
+
+
+# ------------------------------------------------------------------------------------------------ swiglu
+
+
+@mutant("swiglu", "swiglu/forward", "gate and up swapped: SiLU applied to x·W₃ instead of x·W₁")
+def swiglu_gate_swapped(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: (F.silu(x @ w3) * (x @ w1)) @ w2
+
+
+@mutant("swiglu", "swiglu/forward", "GELU instead of SiLU (a GeGLU)")
+def swiglu_gelu(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: (F.gelu(x @ w1) * (x @ w3)) @ w2
+
+
+@mutant("swiglu", "swiglu/forward", "SiLU missing: a bilinear layer (x·W₁ ⊙ x·W₃)·W₂")
+def swiglu_no_activation(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: ((x @ w1) * (x @ w3)) @ w2
+
+
+@mutant("swiglu", "swiglu/forward", "sigmoid gate σ(x·W₁) instead of SiLU (the original GLU)")
+def swiglu_sigmoid_gate(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: (torch.sigmoid(x @ w1) * (x @ w3)) @ w2
+
+
+@mutant("swiglu", "swiglu/forward", "SiLU applied after the product: SiLU(x·W₁ ⊙ x·W₃)")
+def swiglu_silu_after_product(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: F.silu((x @ w1) * (x @ w3)) @ w2
+
+
+@mutant("swiglu", "swiglu/forward", "matmul partial sums kept in the input dtype, not declared")
+def swiglu_sums_in_input_dtype(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: matmul_low_precision_sums(
+        F.silu(matmul_low_precision_sums(x, w1)) * matmul_low_precision_sums(x, w3), w2
+    )
+
+
+@mutant("swiglu", "swiglu/forward", "declares a fused kernel (no intermediates rounded) but runs separate ops")
+def swiglu_declares_fused(a: MutantAdapter) -> None:
+    a.declare(unfused=a.conventions.unfused - {"swiglu_mlp"})
+
+
+@mutant("swiglu", "swiglu/gradient", "SiLU backward uses σ(z), dropping the z·σ(z)(1 − σ(z)) term")
+def swiglu_silu_grad_sigmoid(a: MutantAdapter) -> None:
+    a.impl["swiglu_mlp"] = lambda x, w1, w3, w2: (SiluSigmoidGrad.apply(x @ w1) * (x @ w3)) @ w2
+
+
+@mutant("swiglu", "swiglu/hidden-width", "hidden width 4d, as for a two-matrix MLP")
+def swiglu_hidden_4d(a: MutantAdapter) -> None:
+    a.hidden_dim = lambda d, multiple_of=256, ffn_dim_multiplier=None: 4 * d
+
+
+@mutant("swiglu", "swiglu/hidden-width", "hidden width ⌊8d/3⌋ not rounded up to the hardware multiple")
+def swiglu_hidden_not_rounded(a: MutantAdapter) -> None:
+    a.hidden_dim = lambda d, multiple_of=256, ffn_dim_multiplier=None: (8 * d) // 3
+
+
+@mutant("swiglu", "swiglu/hidden-width", "hidden width rounded down to the multiple instead of up")
+def swiglu_hidden_rounded_down(a: MutantAdapter) -> None:
+    a.hidden_dim = lambda d, multiple_of=256, ffn_dim_multiplier=None: multiple_of * ((8 * d) // 3 // multiple_of)
+
+
+@mutant("swiglu", "swiglu/hidden-width", "hidden width ⌈8d/3⌉ (ceiling) before rounding: one too many at multiple 1")
+def swiglu_hidden_ceiling(a: MutantAdapter) -> None:
+    def hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+        ceiling = -(-8 * d // 3)
+        return multiple_of * -(-ceiling // multiple_of)
+
+    a.hidden_dim = hidden_dim
+
+
+@mutant("swiglu", "swiglu/hidden-width", "hidden width rounded to the nearest multiple instead of up")
+def swiglu_hidden_rounded_nearest(a: MutantAdapter) -> None:
+    a.hidden_dim = lambda d, multiple_of=256, ffn_dim_multiplier=None: multiple_of * round((8 * d) // 3 / multiple_of)
+
+
+# ----------------------------------------------------------------------------------------- cross_entropy
+
+
+@mutant(
+    "cross_entropy", "cross_entropy/forward", "softmax without the max shift: log Σ exp(u) overflows at large logits"
+)
+def ce_no_max_shift(a: MutantAdapter) -> None:
+    def cross_entropy(logits: T, targets: T) -> T:
+        u = logits.float()
+        lse = torch.log(torch.exp(u).sum(-1))
+        return (lse - u.gather(-1, targets[:, None])[:, 0]).to(logits.dtype)
+
+    a.impl["cross_entropy"] = cross_entropy
+
+
+@mutant("cross_entropy", "cross_entropy/forward", "log of softmax instead of log_softmax: p underflows to 0, loss inf")
+def ce_log_of_softmax(a: MutantAdapter) -> None:
+    a.impl["cross_entropy"] = lambda logits, targets: (
+        -torch.log(torch.softmax(logits, -1)).gather(-1, targets[:, None])[:, 0]
+    )
+
+
+@mutant("cross_entropy", "cross_entropy/forward", "label smoothing 0.1 left on")
+def ce_label_smoothing(a: MutantAdapter) -> None:
+    a.impl["cross_entropy"] = lambda logits, targets: F.cross_entropy(
+        logits, targets, reduction="none", label_smoothing=0.1
+    )
+
+
+@mutant(
+    "cross_entropy",
+    "cross_entropy/gradient",
+    "logsumexp with exp and partial sums in the input dtype, not declared as low-precision sums",
+)
+def ce_sums_in_input_dtype(a: MutantAdapter) -> None:
+    def cross_entropy(logits: T, targets: T) -> T:
+        m = logits.max(-1, keepdim=True).values
+        lse = m[:, 0] + torch.log(tree_sum(torch.exp(logits - m)))
+        return lse - logits.gather(-1, targets[:, None])[:, 0]
+
+    a.impl["cross_entropy"] = cross_entropy
+
+
+@mutant("cross_entropy", "cross_entropy/gradient", "fused backward ignores the upstream gradient (assumes it is 1)")
+def ce_grad_ignores_upstream(a: MutantAdapter) -> None:
+    a.impl["cross_entropy"] = lambda logits, targets: CrossEntropyFusedBackward.apply(logits, targets, False, 1.0)
+
+
+@mutant("cross_entropy", "cross_entropy/gradient", "backward divided by the number of tokens (a mean reduction's)")
+def ce_grad_divided_by_tokens(a: MutantAdapter) -> None:
+    a.impl["cross_entropy"] = lambda logits, targets: CrossEntropyFusedBackward.apply(
+        logits, targets, True, 1.0 / len(targets)
+    )
+
+
+# ------------------------------------------------------------------------------------------------ z_loss
+
+
+@mutant("z_loss", "z_loss/value", "α·z instead of α·z² (the square dropped)")
+def z_loss_linear(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * torch.logsumexp(logits, dim=-1)
+
+
+@mutant("z_loss", "z_loss/value", "½·α·z² (a halved convention) instead of α·z²")
+def z_loss_halved(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: 0.5 * alpha * torch.logsumexp(logits, dim=-1) ** 2
+
+
+@mutant("z_loss", "z_loss/value", "z approximated by max(u) instead of logsumexp(u)")
+def z_loss_max_not_logsumexp(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * logits.max(dim=-1).values ** 2
+
+
+@mutant("z_loss", "z_loss/value", "log Σ exp(u) without the max shift: overflows at large logits")
+def z_loss_no_max_shift(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: (alpha * torch.log(torch.exp(logits.float()).sum(-1)) ** 2).to(
+        logits.dtype
+    )
+
+
+@mutant(
+    "z_loss",
+    "z_loss/value",
+    "logsumexp rounded to the input dtype before squaring, declared as a fused float32 computation",
+)
+def z_loss_undeclared_low_precision(a: MutantAdapter) -> None:
+    a.declare(unfused=a.conventions.unfused - {"z_loss"})
+
+
+@mutant("z_loss", "z_loss/default-alpha", "default α = 1e-3 instead of PaLM's 1e-4")
+def z_loss_default_alpha(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-3: alpha * torch.logsumexp(logits, dim=-1) ** 2
+
+
+@mutant("z_loss", "z_loss/gradient", "backward α·z·softmax: the factor 2 of d(z²)/dz forgotten")
+def z_loss_grad_missing_two(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * SquareWithoutTwo.apply(torch.logsumexp(logits, dim=-1))
+
+
+def by_attribute() -> dict[str, Mutant]:
+    return {m.attribute: m for m in CATALOGUE}

@@ -1,0 +1,114 @@
+"""No false alarms: the correct built-in adapters pass under many different Hypothesis seeds.
+
+    python mutants/seeds.py --seeds 20 [--first 0] [--workers 2] [--out reports/out/false-alarms]
+
+For each seed K runs the whole conformance suite against every built-in adapter with
+``--hypothesis-profile=dev --hypothesis-seed=K`` (random, not derandomised: each seed draws other
+examples), prints one line per seed and writes ``false-alarms.json`` into ``--out``. A correct adapter
+failing any check under any seed is a false alarm of the suite; exits 1 if there was one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from adapters.registry import BUILTIN  # noqa: E402
+from reports.writer import atomic_write  # noqa: E402
+
+
+def run_seed(seed: int, adapters: list[str], out: Path, workers: str, profile: str) -> dict[str, Any]:
+    report_dir = out / "runs" / f"seed-{seed}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "conformance",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--adapter={','.join(adapters)}",
+        f"--hypothesis-profile={profile}",
+        f"--hypothesis-seed={seed}",
+        "--report-dir",
+        str(report_dir),
+        *(["-n", workers] if workers != "0" else []),
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = round(time.perf_counter() - t0, 1)
+    path = report_dir / "report.json"
+    if not path.exists():
+        return {
+            "seed": seed,
+            "exit_status": proc.returncode,
+            "verdict": "no report",
+            "duration_s": wall,
+            "alarms": [],
+            "output_tail": (proc.stdout + proc.stderr)[-2000:],
+        }
+    report = json.loads(path.read_text())
+    alarms = [
+        {k: c.get(k) for k in ("adapter", "check", "dtype", "status", "message", "counterexample")}
+        for c in report["checks"]
+        if c["status"] in ("failed", "error")
+    ]
+    return {
+        "seed": seed,
+        "exit_status": proc.returncode,
+        "verdict": report["verdict"],
+        "summary": report["summary"],
+        "duration_s": wall,
+        "alarms": alarms,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
+    ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    ap.add_argument("--adapter", action="append", default=[], help="adapters (default: every built-in)")
+    ap.add_argument("--workers", default="2", help="pytest-xdist workers: a number, auto, or 0 for none")
+    ap.add_argument("--profile", default="dev", help="Hypothesis profile (default: dev)")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "out" / "false-alarms")
+    args = ap.parse_args(argv)
+    adapters = args.adapter or sorted(BUILTIN)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    runs = []
+    for seed in range(args.first, args.first + args.seeds):
+        r = run_seed(seed, adapters, args.out, args.workers, args.profile)
+        runs.append(r)
+        passed = r.get("summary", {}).get("passed", 0)
+        where = "; ".join(f"{a['adapter']} {a['check']} [{a['dtype']}] {a['status']}" for a in r["alarms"][:5])
+        print(
+            f"seed {seed}: {r['verdict']} (exit {r['exit_status']}), {passed} passed, "
+            f"{len(r['alarms'])} false alarm(s), {r['duration_s']:.0f} s{': ' + where if where else ''}",
+            flush=True,
+        )
+    clean = all(r["verdict"] == "conformant" and r["exit_status"] == 0 for r in runs)
+    result = {
+        "schema": "transformer-conformance/false-alarms",
+        "schema_version": 1,
+        "adapters": adapters,
+        "profile": args.profile,
+        "seeds": [r["seed"] for r in runs],
+        "clean": clean,
+        "runs": runs,
+    }
+    atomic_write(args.out / "false-alarms.json", json.dumps(result, indent=2) + "\n")
+    print(f"{'no false alarm' if clean else 'FALSE ALARMS'} over {len(runs)} seed(s); {args.out / 'false-alarms.json'}")
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The mutant catalogue is well-formed: enough mutants, every behaviour covered, each loads as an adapter."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from adapters.contract import Adapter
+from adapters.registry import load_adapter
+from adapters.torch_adapter import TorchAdapter, llama_hidden_dim
+from mutants.catalogue import BEHAVIOURS, CATALOGUE, Mutant
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _check_ids() -> dict[str, str]:
+    """Every check id declared in the conformance modules -> its behaviour."""
+    ids = {}
+    for path in (ROOT / "conformance").glob("test_*.py"):
+        text = path.read_text()
+        for m in re.finditer(r'check\(\s*"([\w/-]+)",\s*"(\w+)"', text):
+            ids[m.group(1)] = m.group(2)
+    return ids
+
+
+def test_catalogue_size_and_coverage() -> None:
+    assert len(CATALOGUE) >= 40
+    assert {m.behaviour for m in CATALOGUE} == set(BEHAVIOURS)
+    for path in set(BEHAVIOURS.values()):
+        assert (ROOT / path).is_file(), path
+
+
+def test_names_unique() -> None:
+    names = [m.name for m in CATALOGUE]
+    assert len(names) == len(set(names))
+
+
+def test_each_names_its_defect_and_the_check_that_must_catch_it() -> None:
+    ids = _check_ids()
+    assert ids, "no check ids found in conformance/"
+    for m in CATALOGUE:
+        assert m.defect.strip() and "\n" not in m.defect, m.name
+        assert ids.get(m.caught_by) == m.behaviour, f"{m.name}: {m.caught_by} is not a check of {m.behaviour}"
+
+
+@pytest.mark.parametrize("m", CATALOGUE, ids=[m.name for m in CATALOGUE])
+def test_loads_as_an_adapter(m: Mutant) -> None:
+    adapter = load_adapter(m.spec)
+    assert isinstance(adapter, Adapter)
+    assert adapter.name == m.name
+
+
+def test_each_is_one_change_from_the_correct_adapter() -> None:
+    """A mutant changes exactly one thing: one operation, the hidden-width rule, or the declared conventions."""
+    correct = TorchAdapter()
+    for m in CATALOGUE:
+        a = m()
+        changes = [op for op in correct.impl if a.impl[op].__code__ is not correct.impl[op].__code__]
+        if a.conventions != correct.conventions:
+            changes.append("conventions")
+        if any(a.hidden_dim(d, k) != llama_hidden_dim(d, k) for d in range(1, 300) for k in (1, 64, 128, 256)):
+            changes.append("swiglu_hidden_dim")
+        assert len(changes) == 1, f"{m.name}: {changes}"
