@@ -97,11 +97,15 @@ def probs(
     masked_v = s.v if mask is None else np.where(mask, s.v, -np.inf)
     mx = np.max(masked_v, axis=-1, keepdims=True)
     shifted = em.sub(r, Tracked(np.where(np.isfinite(masked_v), s.v, mx), s.e, s.m), em.exact(mx))
-    ex = em.exp(r, shifted)
-    if mask is not None:
-        ex = Tracked(*(np.where(mask, a, 0.0) for a in (ex.v, ex.e, ex.m)))
-    p = em.div(r, ex, em.total(r, ex))
-    return Probs(p, raw, t, mask)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ex = em.exp(r, shifted)
+        if mask is not None:
+            ex = Tracked(*(np.where(mask, a, 0.0) for a in (ex.v, ex.e, ex.m)))
+        p = em.div(r, ex, em.total(r, ex))
+    # a probability and its approximation both lie in [0, 1]: where the logits' error is so large that the first-order
+    # bound exceeds 1 (or overflows), 1 is the bound (e.g. logits of 10⁴ rotated by float32 angles at position 10⁵)
+    e = np.where(np.isfinite(p.e), np.minimum(p.e, 1.0), 1.0)
+    return Probs(Tracked(p.v, e, p.m), raw, t, mask)
 
 
 def attention_t(

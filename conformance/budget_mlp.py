@@ -67,7 +67,9 @@ def _scale_derivative(name: str, a: F64) -> tuple[float, F64]:
         t, inner = _tanh_inner(a)
         slope = _K * (1 + 3 * GELU_TANH_CUBIC * a * a)
         d_inner = np.abs(0.5 * (1 - t * t)) + np.abs(a * t * (1 - t * t) * slope)
-        return T + 8, 0.5 * (1 + np.abs(t)) + 0.5 * np.abs(a) * (1 - t * t) * slope + d_inner * inner
+        # t's own absolute error reaches f' = ½(1 + t) + ½a(1 − t²)·slope through ½ + |a·t|·slope
+        d_t = 0.5 + np.abs(a * t) * slope
+        return T + 8, 0.5 * (1 + np.abs(t)) + 0.5 * np.abs(a) * (1 - t * t) * slope + d_inner * inner + d_t
     if name in ("gelu_sigmoid", "silu"):
         c = GELU_SIGMOID_SLOPE if name == "gelu_sigmoid" else 1.0
         z = c * a
@@ -84,6 +86,13 @@ def _second(df: Callable[[F64], F64], a: F64) -> F64:
     return np.abs(df(a + h) - df(a - h)) / (2 * h)
 
 
+def _underflow(r: Rounding, name: str, a: F64) -> F64:
+    """The elementary function's absolute loss of a subnormal result (σ(z) or φ(a) flushed to 0, error_model.tiny)
+    as it reaches f and f': through coefficients of at most 1 + c·|a| (a·σ(c·a); σ + z·σ(1 − σ); Φ + a·φ)."""
+    c = GELU_SIGMOID_SLOPE if name == "gelu_sigmoid" else 1.0
+    return em.tiny(r.u_work) * (1.0 + c * np.abs(a))
+
+
 def activation(r: Rounding, a: Tracked, name: str, unit: float | None = None) -> Tracked:
     f, df = ACTIVATIONS[name]
     k, scale = _scale_value(name, a.v)
@@ -94,7 +103,7 @@ def activation(r: Rounding, a: Tracked, name: str, unit: float | None = None) ->
         carried = 2 * np.abs(np.maximum(a.v, 0)) * a.e + a.e * a.e
     else:
         carried = np.abs(df(a.v)) * a.e
-    e = carried + k * r.u_work * scale + em.tiny(r.u_work) + em._store(r, v, unit)
+    e = carried + k * r.u_work * scale + _underflow(r, name, a.v) + em._store(r, v, unit)
     return Tracked(v, e, np.maximum(np.abs(v), scale))
 
 
@@ -108,7 +117,7 @@ def activation_derivative(r: Rounding, a: Tracked, name: str, unit: float | None
         carried = 2 * a.e
     else:
         carried = _second(df, a.v) * a.e
-    e = carried + k * r.u_work * scale + em.tiny(r.u_work) + em._store(r, v, unit)
+    e = carried + k * r.u_work * scale + _underflow(r, name, a.v) + em._store(r, v, unit)
     return Tracked(v, e, np.maximum(np.abs(v), scale))
 
 
