@@ -111,6 +111,66 @@ OPS: dict[str, OpSpec] = {
         summary="parameters of a LLaMA-style decoder of this configuration (GQA, SwiGLU, RMSNorm, no biases, "
         "tied or untied head): an int (or 0-d integer array).",
     ),
+    "attention": OpSpec(
+        ("q", "k", "v"),
+        params=("causal", "softcap", "scale"),
+        summary="q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv): softmax(cap(q kᵀ·scale) + mask) v; "
+        "query head h reads KV head h // (Hq/Hkv); causal bool (aligned as declared), softcap c or None "
+        "(c·tanh(l/c)), scale float or None (1/√D). Output (B, Hq, Lq, Dv).",
+    ),
+    "qk_norm_attention": OpSpec(
+        ("q", "k", "v", "q_weight", "k_weight"),
+        params=("causal", "softcap", "eps"),
+        summary="attention on rms_norm(q, q_weight, eps) and rms_norm(k, k_weight, eps) over D; scale 1/√D.",
+    ),
+    "rope_attention": OpSpec(
+        ("q", "k", "v"),
+        int_inputs=("q_positions", "k_positions"),
+        params=("causal", "softcap", "base"),
+        summary="attention on RoPE(q, q_positions) and RoPE(k, k_positions) in the declared layout; v not rotated.",
+    ),
+    "mlp": OpSpec(
+        ("x", "w_in", "w_out"),
+        params=("activation",),
+        summary="x (..., d), w_in (d, h), w_out (h, d): act(x@w_in) @ w_out, no biases; activation one of relu, "
+        "gelu_erf, gelu_tanh, gelu_sigmoid (x·σ(1.702x)), relu_squared.",
+    ),
+    "glu_mlp": OpSpec(
+        ("x", "w1", "w3", "w2"),
+        params=("activation",),
+        summary="(act(x@w1) * (x@w3)) @ w2, no biases; activation silu (SwiGLU), gelu_erf / gelu_tanh / "
+        "gelu_sigmoid (GeGLU), relu (ReGLU).",
+    ),
+    "ffn_hidden_dim": OpSpec(
+        (),
+        params=("d", "base_ratio", "gated", "multiple_of", "ffn_dim_multiplier"),
+        summary="the MLP hidden width the candidate builds against a two-matrix base_ratio·d MLP: an int.",
+    ),
+    "block": OpSpec(
+        (
+            "x",
+            "attn_norm",
+            "wq",
+            "wk",
+            "wv",
+            "wo",
+            "mlp_norm",
+            "w1",
+            "w3",
+            "w2",
+            "attn_post_norm",
+            "mlp_post_norm",
+        ),
+        int_inputs=("positions",),
+        params=("placement", "n_heads", "n_kv_heads", "eps", "base"),
+        summary="one decoder block on x (B, T, d): RMSNorm, causal GQA self-attention with RoPE on q and k, SwiGLU "
+        "MLP, no biases; placement pre, post, double or parallel (docs/adapter-contract.md). Output like x.",
+    ),
+    "lm_head": OpSpec(
+        ("x", "norm_weight", "w_head"),
+        params=("eps",),
+        summary="x (..., d), norm_weight (d), w_head (d, V): rms_norm(x, norm_weight, eps) @ w_head, shape (..., V).",
+    ),
     "swiglu_hidden_dim": OpSpec(
         (),
         params=("d", "multiple_of", "ffn_dim_multiplier"),
@@ -124,6 +184,7 @@ RopeLayout = Literal["interleaved", "half"]
 NormRounding = Literal["single", "before_weight"]
 Variance = Literal["two_pass", "one_pass"]
 EpsDefault = float | Literal["finfo"]
+CausalAlignment = Literal["bottom_right", "top_left"]
 
 
 @dataclass(frozen=True)
@@ -167,6 +228,10 @@ class Conventions:
     flush_subnormals: bool = False
     #: Operations allowed to write into their inputs.
     in_place_ops: frozenset[str] = frozenset()
+    #: Where causal attention puts the diagonal when there are fewer queries than keys: "bottom_right" (query i
+    #: of L_q sees keys ≤ i + L_k − L_q, as decoding with a KV cache needs) or "top_left" (keys ≤ i, as
+    #: is_causal in torch's and JAX's fused attention).
+    causal_alignment: CausalAlignment = "bottom_right"
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary for reports."""
@@ -182,6 +247,7 @@ class Conventions:
             "eps_defaults": dict(self.eps_defaults),
             "flush_subnormals": self.flush_subnormals,
             "in_place_ops": sorted(self.in_place_ops),
+            "causal_alignment": self.causal_alignment,
         }
 
 

@@ -14,6 +14,7 @@ from adapters.contract import OPS, Capability, Conventions
 from conformance import oracle
 from conformance.dtypes import dtype_name, fmt
 from reference import accounting
+from reference.mlp import ffn_hidden_dim
 from reference.swiglu import swiglu_hidden_dim
 
 
@@ -27,9 +28,10 @@ class NumpyAdapter:
 
     name = "numpy"
 
-    def __init__(self, rope_layout: str = "interleaved") -> None:
+    def __init__(self, rope_layout: str = "interleaved", causal_alignment: str = "bottom_right") -> None:
         self.conventions = Conventions(
             rope_layout=rope_layout,  # type: ignore[arg-type]
+            causal_alignment=causal_alignment,  # type: ignore[arg-type]
             rope_angle_dtype="float64",
             compute_dtype="float64",
             eps_defaults={"rms_norm": 1e-6, "layer_norm": 1e-5},
@@ -40,6 +42,8 @@ class NumpyAdapter:
         return {"numpy": np.__version__, "device": "cpu"}
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "ffn_hidden_dim":
+            return np.asarray(ffn_hidden_dim(**params))
         if op == "swiglu_hidden_dim":
             return np.asarray(
                 swiglu_hidden_dim(params["d"], params.get("multiple_of", 256), params.get("ffn_dim_multiplier"))

@@ -126,7 +126,11 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         softcap_z_loss,
         swiglu_product,
     )
-    return {f.__name__: f for f in fns} | position_ops()
+    from adapters import torch_blocks
+
+    table = {f.__name__: f for f in fns} | position_ops()
+    table.update(torch_blocks.ops(adapter.conventions.rope_layout, adapter.conventions.causal_alignment))
+    return table
 
 
 def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
@@ -142,7 +146,7 @@ class TorchAdapter:
 
     name = "torch"
 
-    def __init__(self, device: str = "cpu", rope_layout: str = "half") -> None:
+    def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
         self.device = device
@@ -162,6 +166,8 @@ class TorchAdapter:
             # F.rms_norm(eps=None) uses float32's machine epsilon for every input dtype here (its opmath
             # type), not the input dtype's: measured on torch 2.13 CPU, and held to by the suite.
             eps_defaults={"rms_norm": float(torch.finfo(torch.float32).eps), "layer_norm": 1e-5},
+            # bottom-right through an explicit mask; "top_left" uses SDPA's is_causal=True as it is
+            causal_alignment=causal_alignment,  # type: ignore[arg-type]
         )
         self.capabilities = {op: Capability() for op in OPS}
         self.impl = _ops(self)
@@ -187,6 +193,10 @@ class TorchAdapter:
             return np.asarray(llama_hidden_dim(**params))
         if op == "param_count":
             return np.asarray(llama_param_count(**params))
+        if op == "ffn_hidden_dim":
+            from adapters.torch_blocks import ffn_hidden_dim
+
+            return np.asarray(ffn_hidden_dim(**params))
         with torch.no_grad():
             out, _ = self._call(op, inputs, params, grad=False)
         return to_numpy(out)

@@ -348,5 +348,27 @@ from conformance import budgets_losses, budgets_positions  # noqa: E402 - they b
 
 FORWARD.update(budgets_positions.FORWARD, **budgets_losses.FORWARD)
 VJP.update(budgets_positions.VJP, **budgets_losses.VJP)
+# attention, the MLP family, blocks and the LM head (their formulas live in budget_attention, budget_mlp and
+# budget_blocks, which use rounding() above)
+from conformance import budget_attention, budget_blocks, budget_mlp  # noqa: E402
+
+FORWARD.update(
+    attention=budget_attention.attention,
+    qk_norm_attention=budget_attention.qk_norm_attention,
+    rope_attention=budget_attention.rope_attention,
+    mlp=budget_mlp.mlp,
+    glu_mlp=budget_mlp.glu_mlp,
+    block=budget_blocks.block,
+    lm_head=budget_blocks.lm_head,
+)
+VJP.update(
+    attention=budget_attention.attention_vjp,
+    qk_norm_attention=budget_attention.qk_norm_attention_vjp,
+    rope_attention=budget_attention.rope_attention_vjp,
+    mlp=budget_mlp.mlp_vjp,
+    glu_mlp=budget_mlp.glu_mlp_vjp,
+    block=budget_blocks.block_vjp,
+    lm_head=budget_blocks.lm_head_vjp,
+)
 FORWARD = {op: _with_result(op, fn, grad=False) for op, fn in FORWARD.items()}
 VJP = {op: _with_result(op, fn, grad=True) for op, fn in VJP.items()}

@@ -121,6 +121,13 @@ def mul(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Track
     return Tracked(v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + _store(r, v, unit), a.m * b.m)
 
 
+def div(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    """a / b: e(a)/|b| + |a|·e(b)/b² to first order, then stored (softmax's normalisation)."""
+    v = a.v / b.v
+    e = a.e / np.abs(b.v) + np.abs(a.v) * b.e / (b.v * b.v) + _store(r, v, unit)
+    return Tracked(v, e, a.m / np.abs(b.v))
+
+
 def const(r: Rounding, c: float) -> Tracked:
     """A Python scalar (ε, α) as the candidate holds it: rounded to working precision."""
     v = np.asarray(float(c))

@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 import reference as ref
 from adapters.contract import OPS, Conventions
+from conformance import oracle_blocks
 from conformance.budgets import resolve_eps
 from conformance.dtypes import Format
 
@@ -66,6 +67,8 @@ def forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], con
         return ref.z_loss(x["logits"], params.get("alpha", ref.losses.Z_LOSS_ALPHA))
     if op in EXTRA_FORWARD:
         return EXTRA_FORWARD[op](x, params, conv)
+    if op in oracle_blocks.HANDLED:
+        return oracle_blocks.forward(op, x, params, conv)
     raise KeyError(op)
 
 
@@ -92,6 +95,8 @@ def vjp(
         grads = (ref.z_loss_vjp(x["logits"], g, params.get("alpha", ref.losses.Z_LOSS_ALPHA)),)
     elif op in EXTRA_VJP:
         grads = (EXTRA_VJP[op](x, params, conv, g),)
+    elif op in oracle_blocks.HANDLED:
+        return oracle_blocks.vjp(op, x, params, conv, g)
     else:
         raise KeyError(op)
     return dict(zip(OPS[op].inputs, grads, strict=True))

@@ -6,9 +6,13 @@ must catch it. The project's tests run the conformance suite against all of them
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
+from adapters.contract import Capability
 from adapters.torch_adapter import TorchAdapter, llama_hidden_dim, rope_torch
+from adapters.torch_blocks import ACTIVATIONS, attention_f32, rope_float32
 from adapters.torch_positions import llama_param_count, rope_scaled_inv_freq
 
 # Each planted adapter declares only the operation it breaks, so the run spends its time on the checks
@@ -17,6 +21,8 @@ from adapters.torch_positions import llama_param_count, rope_scaled_inv_freq
 
 def _only(adapter: TorchAdapter, *ops: str) -> None:
     adapter.capabilities = {op: cap for op, cap in adapter.capabilities.items() if op in ops}
+
+
 
 
 class RopeWrongPairs(TorchAdapter):
@@ -114,7 +120,7 @@ class ZLossLinear(TorchAdapter):
         self.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * torch.logsumexp(logits, dim=-1)
 
 
-#: adapter class -> (behaviour, the check that must fail, a dtype it must fail in)
+#: adapter class -> (behaviour, the check (or checks) that must fail, a dtype it must fail in)
 BREAKS = {
     RopeWrongPairs: ("rope", "rope/forward", "float32"),
     RmsEpsOutsideSqrt: ("rms_norm", "rms_norm/forward", "float32"),
@@ -272,5 +278,427 @@ BREAKS.update(
         CeMeanOverAllTokens: ("cross_entropy_mean", "cross_entropy_mean/forward", "float32"),
         SoftcapHardClamp: ("softcap_z_loss", "softcap_z_loss/value", "float32"),
         ParamsIgnoreGqa: ("accounting", "accounting/param-count", None),
+    }
+)
+
+# --------------------------------------------------------------------------------------------------------------
+# Attention, the MLP family, blocks. Each declares only the operations of the behaviour it breaks, so the run
+# checks those (and reports everything else unsupported).
+# --------------------------------------------------------------------------------------------------------------
+
+
+class _Only(TorchAdapter):
+    """Declares only ``ops`` (the operations its defect lives in), in float32 (where each shows), so a run checks
+    only what it breaks."""
+
+    ops: tuple[str, ...] = ()
+
+    def __init__(self, device: str = "cpu", **kw: str) -> None:
+        super().__init__(device, **kw)
+        self.capabilities = {op: Capability(dtypes=frozenset({"float32"})) for op in self.ops}
+
+
+def _plain_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softcap: float | None, diag: int = 0
+) -> torch.Tensor:
+    """Attention in float32 with KV heads already one per query head; the causal diagonal moved by ``diag``."""
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq + diag)
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+class GqaTileOrder(_Only):
+    """GQA with the KV heads tiled (k.repeat): query head h reads KV head h % H_kv instead of h // (H_q/H_kv)."""
+
+    name = "gqa-tile-order"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            rep = q.shape[1] // k.shape[1]
+            kf, vf = k.float().repeat(1, rep, 1, 1), v.float().repeat(1, rep, 1, 1)
+            return _plain_attention(q.float(), kf, vf, causal, softcap).to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class TopLeftForKvCache(_Only):
+    """Declares the bottom-right alignment but calls SDPA with is_causal=True, which is top-left when L_q < L_k."""
+
+    name = "top-left-kv-cache"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            out = attention_f32(q.float(), k.float(), v.float(), causal, softcap, scale, alignment="top_left")
+            return out.to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class RopeRotatesV(_Only):
+    """Rotates the values by their positions too."""
+
+    name = "rope-rotates-v"
+    ops = ("rope_attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        layout = self.conventions.rope_layout
+
+        def rope_attention(q, k, v, q_positions, k_positions, causal=False, softcap=None, base=10000.0):  # type: ignore[no-untyped-def]
+            rq = rope_float32(q.float(), q_positions, base, layout)
+            rk = rope_float32(k.float(), k_positions, base, layout)
+            rv = rope_float32(v.float(), k_positions, base, layout) if v.shape[-1] % 2 == 0 else v.float()
+            return attention_f32(rq, rk, rv, causal, softcap).to(q.dtype)
+
+        self.impl["rope_attention"] = rope_attention
+
+
+class GqaGradientNotSummed(_Only):
+    """Forward right; the backward takes each KV head's gradient from the first query head of its group only."""
+
+    name = "gqa-grad-not-summed"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def expand(t: torch.Tensor, rep: int) -> torch.Tensor:
+            parts = [t if j == 0 else t.detach() for j in range(rep)]
+            return torch.stack(parts, dim=2).flatten(1, 2)  # head h reads KV head h // rep
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            rep = q.shape[1] // k.shape[1]
+            kf, vf = expand(k.float(), rep), expand(v.float(), rep)
+            return _plain_attention(q.float(), kf, vf, causal, softcap).to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class SoftcapIgnored(_Only):
+    """Accepts a soft-cap and drops it (a fused kernel without soft-capping)."""
+
+    name = "softcap-ignored"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            return attention_f32(q.float(), k.float(), v.float(), causal, None, scale).to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class QkNormQueriesOnly(_Only):
+    """QK-norm that normalises the queries and forgets the keys."""
+
+    name = "qk-norm-queries-only"
+    ops = ("qk_norm_attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def qk_norm_attention(q, k, v, q_weight, k_weight, causal=False, softcap=None, eps=1e-6):  # type: ignore[no-untyped-def]
+            qn = F.rms_norm(q.float(), (q.shape[-1],), q_weight.float(), eps)
+            return attention_f32(qn, k.float() * k_weight.float(), v.float(), causal, softcap).to(q.dtype)
+
+        self.impl["qk_norm_attention"] = qk_norm_attention
+
+
+class AlwaysCausal(_Only):
+    """Applies the causal mask whether or not it is asked for (is_causal hard-wired)."""
+
+    name = "always-causal"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            if q.shape[-2] > k.shape[-2]:
+                return attention_f32(q.float(), k.float(), v.float(), causal, softcap, scale).to(q.dtype)
+            return attention_f32(q.float(), k.float(), v.float(), True, softcap, scale).to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class CausalMaskOffByOne(_Only):
+    """The causal mask lets every query see one key into its future."""
+
+    name = "causal-mask-off-by-one"
+    ops = ("attention",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def attention(q, k, v, causal=False, softcap=None, scale=None):  # type: ignore[no-untyped-def]
+            rep = q.shape[1] // k.shape[1]
+            kf, vf = k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
+            return _plain_attention(q.float(), kf, vf, causal, softcap, diag=1).to(q.dtype)
+
+        self.impl["attention"] = attention
+
+
+class GegluTanhForErf(_Only):
+    """GeGLU asked for the erf GELU computes the tanh approximation (as Liger's GeGLU does)."""
+
+    name = "geglu-tanh-for-erf"
+    ops = ("glu_mlp",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def glu_mlp(x, w1, w3, w2, activation):  # type: ignore[no-untyped-def]
+            act = ACTIVATIONS["gelu_tanh" if activation == "gelu_erf" else activation]
+            xf = x.float()
+            return ((act(xf @ w1.float()) * (xf @ w3.float())) @ w2.float()).to(x.dtype)
+
+        self.impl["glu_mlp"] = glu_mlp
+
+
+class SizingAlways8Over3(_Only):
+    """Sizes every gated MLP at ⌊8d/3⌋, memorised from the 4× baseline, whatever the base ratio."""
+
+    name = "sizing-always-8-3"
+    ops = ("ffn_hidden_dim",)
+
+    def forward(self, op, inputs, params):  # type: ignore[no-untyped-def]
+        if op == "ffn_hidden_dim":
+            from adapters.torch_blocks import ffn_hidden_dim
+
+            return np.asarray(
+                ffn_hidden_dim(**{**params, "base_ratio": 4 if params["gated"] else params["base_ratio"]})
+            )
+        return super().forward(op, inputs, params)
+
+
+class GeluSigmoidWithoutSlope(_Only):
+    """The seed's x·σ(1.702x) computed as x·σ(x) (the 1.702 dropped: that is SiLU)."""
+
+    name = "gelu-sigmoid-without-slope"
+    ops = ("mlp",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def mlp(x, w_in, w_out, activation):  # type: ignore[no-untyped-def]
+            act = F.silu if activation == "gelu_sigmoid" else ACTIVATIONS[activation]
+            return (act(x.float() @ w_in.float()) @ w_out.float()).to(x.dtype)
+
+        self.impl["mlp"] = mlp
+
+
+class _GeluTanhErfBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):  # type: ignore[no-untyped-def]
+        ctx.save_for_backward(a)
+        return F.gelu(a, approximate="tanh")
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        (a,) = ctx.saved_tensors
+        cdf = 0.5 * (1 + torch.erf(a / 2**0.5))
+        return g * (cdf + a * torch.exp(-0.5 * a * a) / (2 * torch.pi) ** 0.5)
+
+
+class GeluTanhBackwardErf(_Only):
+    """A fused tanh-GELU whose backward uses the erf form's derivative."""
+
+    name = "gelu-tanh-backward-erf"
+    ops = ("mlp",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def mlp(x, w_in, w_out, activation):  # type: ignore[no-untyped-def]
+            act = _GeluTanhErfBackward.apply if activation == "gelu_tanh" else ACTIVATIONS[activation]
+            return (act(x.float() @ w_in.float()) @ w_out.float()).to(x.dtype)
+
+        self.impl["mlp"] = mlp
+
+
+def _linear_bias(fan_in: int, fan_out: int) -> torch.Tensor:
+    """nn.Linear's default bias initialisation, U(−1/√fan_in, 1/√fan_in), from a fixed generator."""
+    gen = torch.Generator().manual_seed(fan_in * 1000 + fan_out)
+    return (torch.rand(fan_out, generator=gen) * 2 - 1) / fan_in**0.5
+
+
+class MlpWithBias(_Only):
+    """Model code built with nn.Linear(bias=True): the converter copied the weights, the biases stayed."""
+
+    name = "mlp-with-bias"
+    ops = ("mlp",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def mlp(x, w_in, w_out, activation):  # type: ignore[no-untyped-def]
+            a = x.float() @ w_in.float() + _linear_bias(*w_in.shape)
+            return (ACTIVATIONS[activation](a) @ w_out.float() + _linear_bias(*w_out.shape)).to(x.dtype)
+
+        self.impl["mlp"] = mlp
+
+
+def _block(
+    adapter: TorchAdapter,
+    *,
+    residual_norm: bool = False,
+    bias: bool = False,
+    detached_norm: bool = False,
+    serial_parallel: bool = False,
+):  # type: ignore[no-untyped-def]
+    """The torch adapter's block with one thing wrong (see the classes below)."""
+    layout = adapter.conventions.rope_layout
+
+    def block(x, positions, placement, n_heads, n_kv_heads, eps, base=10000.0, **w):  # type: ignore[no-untyped-def]
+        wf = {k: t.float() for k, t in w.items()}
+        d = x.shape[-1]
+
+        def norm(u, name):  # type: ignore[no-untyped-def]
+            if detached_norm:
+                return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps).detach() * wf[name]
+            return F.rms_norm(u, (d,), wf[name], eps)
+
+        def proj(u, name):  # type: ignore[no-untyped-def]
+            out = u @ wf[name]
+            return out + _linear_bias(*wf[name].shape) if bias and name in ("wo", "w2") else out
+
+        def attn(u):  # type: ignore[no-untyped-def]
+            b, t, _ = u.shape
+            q = rope_float32(proj(u, "wq").view(b, t, n_heads, -1).transpose(1, 2), positions, base, layout)
+            k = rope_float32(proj(u, "wk").view(b, t, n_kv_heads, -1).transpose(1, 2), positions, base, layout)
+            v = proj(u, "wv").view(b, t, n_kv_heads, -1).transpose(1, 2)
+            return proj(attention_f32(q, k, v, True).transpose(1, 2).reshape(b, t, -1), "wo")
+
+        def mlp(u):  # type: ignore[no-untyped-def]
+            return proj(F.silu(proj(u, "w1")) * proj(u, "w3"), "w2")
+
+        h = x.float()
+        if placement == "pre" and residual_norm:  # the norm on the stream itself, then the branch
+            h = norm(h, "attn_norm")
+            h = h + attn(h)
+            h = norm(h, "mlp_norm")
+            h = h + mlp(h)
+        elif placement == "pre":
+            h = h + attn(norm(h, "attn_norm"))
+            h = h + mlp(norm(h, "mlp_norm"))
+        elif placement == "post":
+            h = norm(h + attn(h), "attn_norm")
+            h = norm(h + mlp(h), "mlp_norm")
+        elif placement == "double":
+            h = h + norm(attn(norm(h, "attn_norm")), "attn_post_norm")
+            h = h + norm(mlp(norm(h, "mlp_norm")), "mlp_post_norm")
+        elif serial_parallel:  # "parallel" computed in series: the MLP reads the attention output
+            h = h + attn(norm(h, "attn_norm"))
+            h = h + mlp(norm(h, "attn_norm"))
+        else:
+            n = norm(h, "attn_norm")
+            h = h + attn(n) + mlp(n)
+        return h.to(x.dtype)
+
+    return block
+
+
+class PostNormOnResidualPath(_Only):
+    """Declares pre-norm but normalises the stream itself: x = Norm(x); x = x + f(x)."""
+
+    name = "norm-on-residual-path"
+    ops = ("block",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.impl["block"] = _block(self, residual_norm=True)
+
+
+class BiasReintroduced(_Only):
+    """Output projections built with biases (nn.Linear's default), only the weights loaded."""
+
+    name = "block-bias-reintroduced"
+    ops = ("block",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.impl["block"] = _block(self, bias=True)
+
+
+class NormStatisticsDetached(_Only):
+    """RMSNorm's 1/rms treated as a constant in the backward (detached), in the blocks and the final norm."""
+
+    name = "norm-stats-detached"
+    ops = ("block", "lm_head")
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.impl["block"] = _block(self, detached_norm=True)
+
+        def lm_head(x, norm_weight, w_head, eps):  # type: ignore[no-untyped-def]
+            xf = x.float()
+            n = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps).detach() * norm_weight.float()
+            return (n @ w_head.float()).to(x.dtype)
+
+        self.impl["lm_head"] = lm_head
+
+
+class ParallelComputedSerially(_Only):
+    """Declares the parallel layout but feeds the MLP the attention output, as a serial block does."""
+
+    name = "parallel-computed-serially"
+    ops = ("block",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.impl["block"] = _block(self, serial_parallel=True)
+
+
+class LmHeadWithoutFinalNorm(_Only):
+    """The LM head reads the stream directly: no final norm."""
+
+    name = "lm-head-without-final-norm"
+    ops = ("lm_head",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.impl["lm_head"] = lambda x, norm_weight, w_head, eps: (x.float() @ w_head.float()).to(x.dtype)
+
+
+BREAKS.update(
+    {
+        GqaTileOrder: ("attention", ("attention/gqa-grouping", "attention/forward"), "float32"),
+        TopLeftForKvCache: ("attention", ("attention/kv-cache", "attention/forward"), "float32"),
+        RopeRotatesV: ("attention", ("rope-attention/relative", "rope-attention/forward"), "float32"),
+        GqaGradientNotSummed: ("attention", "attention/gradient", "float32"),
+        SoftcapIgnored: ("attention", ("attention/softcap-bound", "attention/forward"), "float32"),
+        QkNormQueriesOnly: ("attention", ("qk-norm/scale-invariance", "qk-norm/forward"), "float32"),
+        AlwaysCausal: ("attention", ("attention/permutation-equivariance", "attention/forward"), "float32"),
+        CausalMaskOffByOne: ("attention", ("attention/causality", "attention/forward"), "float32"),
+        GegluTanhForErf: ("mlp", "glu/forward", "float32"),
+        SizingAlways8Over3: ("mlp", ("ffn/hidden-width", "ffn/parameter-parity"), None),
+        GeluSigmoidWithoutSlope: ("mlp", "mlp/forward", "float32"),
+        GeluTanhBackwardErf: ("mlp", "mlp/gradient", "float32"),
+        MlpWithBias: ("mlp", ("mlp/bias-free", "mlp/forward"), "float32"),
+        PostNormOnResidualPath: (
+            "blocks",
+            ("blocks/identity-path", "blocks/depth-identity-path", "blocks/radial-gradient", "blocks/forward"),
+            "float32",
+        ),
+        BiasReintroduced: ("blocks", ("blocks/no-bias", "blocks/forward"), "float32"),
+        NormStatisticsDetached: (
+            "blocks",
+            ("blocks/gradient", "lm-head/gradient", "blocks/radial-gradient"),
+            "float32",
+        ),
+        ParallelComputedSerially: ("blocks", "blocks/forward", "float32"),
+        LmHeadWithoutFinalNorm: ("blocks", ("lm-head/stream-scale", "lm-head/forward"), "float32"),
     }
 )
