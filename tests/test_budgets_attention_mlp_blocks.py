@@ -1,0 +1,49 @@
+"""The error budgets of attention, the MLP family, blocks and the LM head restate the oracle: the values they
+carry (``Tracked.v``) are the oracle's, forward and VJP, and their error bounds are finite and non-negative."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.numpy_oracle import NumpyAdapter
+from adapters.torch_adapter import TorchAdapter
+from conformance import budgets, oracle
+from conformance import strategies_blocks as sb
+from conformance.dtypes import fmt
+from conformance.strategies import Case
+
+CASES = {
+    "attention": lambda dt: sb.attention_case(dt),
+    "qk_norm_attention": lambda dt: sb.qk_norm_case(dt),
+    "rope_attention": lambda dt: sb.rope_attention_case(dt),
+    "mlp": lambda dt: sb.mlp_case(dt, gated=False),
+    "glu_mlp": lambda dt: sb.mlp_case(dt, gated=True),
+    "block": lambda dt: sb.block_case(dt),
+    "lm_head": lambda dt: sb.lm_head_case(dt),
+}
+CONVENTIONS = {"numpy": NumpyAdapter().conventions, "torch": TorchAdapter().conventions}
+
+
+@pytest.mark.parametrize("conv", list(CONVENTIONS))
+@pytest.mark.parametrize("op", list(CASES))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_budget_carries_the_oracle(op: str, conv: str, data: st.DataObject) -> None:
+    dtype = fmt(data.draw(st.sampled_from(["float32", "bfloat16", "float16"]), label="dtype"))
+    case: Case = data.draw(CASES[op](dtype), label="case")
+    c = CONVENTIONS[conv]
+    values = case.values()
+    want = oracle.forward(op, values, case.params, c, dtype)
+    got = budgets.FORWARD[op](values, case.params, c, dtype)
+    np.testing.assert_allclose(got.v, want, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(want), initial=1.0)))
+    assert np.all(np.isfinite(got.e)) and np.all(got.e >= 0)
+    g = np.random.default_rng(0).standard_normal(want.shape)
+    grads = oracle.vjp(op, values, case.params, c, dtype, g)
+    tracked = budgets.VJP[op](values, case.params, c, dtype, g)
+    for name, grad in grads.items():
+        scale = float(np.max(np.abs(grad), initial=1.0))
+        np.testing.assert_allclose(tracked[name].v, grad, rtol=1e-10, atol=1e-10 * scale, err_msg=name)
+        assert np.all(np.isfinite(tracked[name].e)) and np.all(tracked[name].e >= 0), name
