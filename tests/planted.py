@@ -23,8 +23,6 @@ def _only(adapter: TorchAdapter, *ops: str) -> None:
     adapter.capabilities = {op: cap for op, cap in adapter.capabilities.items() if op in ops}
 
 
-
-
 class RopeWrongPairs(TorchAdapter):
     """Declares the half-split layout (HF) but rotates interleaved pairs (2i, 2i+1)."""
 
