@@ -28,6 +28,17 @@ def install(session: nox.Session, *extras: str) -> None:
     session.install("-e", spec)
 
 
+#: Worker processes run tiny tensors: one intra-op thread each, so pytest-xdist's workers do not oversubscribe
+#: the cores (torch's default of one thread per core makes each small op wait on the others).
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _threads() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in ONE_THREAD.items() if k not in os.environ}
+
+
 def _has_n(args: list[str]) -> bool:
     return any(
         a == "-n" or a.startswith(("-n=", "--numprocesses")) or (a.startswith("-n") and a[2:].isdigit()) for a in args
@@ -62,7 +73,7 @@ def conformance(session: nox.Session) -> None:
     args = list(session.posargs)
     if not _has_n(args):
         args = ["-n", "auto", *args]
-    session.run("pytest", "conformance", "-p", "no:cacheprovider", *args)
+    session.run("pytest", "conformance", "-p", "no:cacheprovider", *args, env=_threads())
 
 
 @nox.session(python=PYTHON)
@@ -73,7 +84,7 @@ def tests(session: nox.Session) -> None:
     if not _has_n(args):
         # loadgroup: tests sharing a module-scoped conformance run stay on one worker
         args = ["-n", "auto", "--dist", "loadgroup", *args]
-    session.run("pytest", "tests", *args)
+    session.run("pytest", "tests", *args, env=_threads())
 
 
 @nox.session(python=PYTHON)
@@ -128,4 +139,4 @@ def mutants(session: nox.Session) -> None:
     """Run the conformance checks against every mutant of mutants/catalogue.py; fails if one survives.
     Writes mutants.json and mutants.md to reports/out/mutants/ (``-- --out DIR`` elsewhere)."""
     install(session, "torch")
-    session.run("python", "mutants/run.py", *session.posargs)
+    session.run("python", "mutants/run.py", *session.posargs, env=_threads())

@@ -38,4 +38,4 @@ def test_native_forward_matches_forward_and_backward_gives_one_gradient_per_floa
 
 def test_native_raises_key_error_for_an_operation_it_lacks() -> None:
     with pytest.raises(KeyError):
-        TorchAdapter().native("attention", {}, {}, grad=False)
+        TorchAdapter().native("no_such_operation", {}, {}, grad=False)
