@@ -25,6 +25,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from reference.blocks import BLOCK_INPUTS
+
 
 @dataclass(frozen=True)
 class OpSpec:
@@ -147,20 +149,7 @@ OPS: dict[str, OpSpec] = {
         summary="the MLP hidden width the candidate builds against a two-matrix base_ratio·d MLP: an int.",
     ),
     "block": OpSpec(
-        (
-            "x",
-            "attn_norm",
-            "wq",
-            "wk",
-            "wv",
-            "wo",
-            "mlp_norm",
-            "w1",
-            "w3",
-            "w2",
-            "attn_post_norm",
-            "mlp_post_norm",
-        ),
+        BLOCK_INPUTS,
         int_inputs=("positions",),
         params=("placement", "n_heads", "n_kv_heads", "eps", "base"),
         summary="one decoder block on x (B, T, d): RMSNorm, causal GQA self-attention with RoPE on q and k, SwiGLU "

@@ -9,8 +9,6 @@ the compiler specialises; the compiled graphs are cached for the whole run.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from adapters.torch_adapter import TorchAdapter
@@ -32,6 +30,3 @@ class TorchCompileAdapter(TorchAdapter):
         env = super().environment()
         env["compiler"] = "inductor (dynamic shapes)"
         return env
-
-    def forward(self, op: str, inputs: Any, params: Any) -> Any:
-        return super().forward(op, inputs, params)
