@@ -7,6 +7,9 @@
 * ``ci-noshrink`` — ``ci`` without the shrink phase: the same examples and the same verdicts, the first
   failing example reported as found rather than minimised. For runs that only need verdicts, such as the
   mutant run (``mutants/run.py``), where shrinking costs most of the time.
+* ``ci-random`` — ``ci``'s size (the same number of examples) but random: with ``--hypothesis-seed=K`` each K
+  draws other examples. The no-false-alarm run (``mutants/seeds.py``) runs the correct adapters under many
+  seeds with it: a correct candidate must pass whatever sample the default profile happens to draw.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
     **COMMON,  # type: ignore[arg-type]
 )
+settings.register_profile("ci-random", database=None, max_examples=40, **COMMON)  # type: ignore[arg-type]
 settings.register_profile("dev", max_examples=15, **COMMON)  # type: ignore[arg-type]
 settings.register_profile("thorough", max_examples=400, **COMMON)  # type: ignore[arg-type]
 
 DEFAULT_PROFILE = "ci"
-PROFILES = ("ci", "dev", "thorough", "ci-noshrink")
+PROFILES = ("ci", "dev", "thorough", "ci-noshrink", "ci-random")

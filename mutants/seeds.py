@@ -3,9 +3,10 @@
     python mutants/seeds.py --seeds 20 [--first 0] [--workers 2] [--out reports/out/false-alarms]
 
 For each seed K runs the whole conformance suite against every built-in adapter with
-``--hypothesis-profile=dev --hypothesis-seed=K`` (random, not derandomised: each seed draws other
-examples), prints one line per seed and writes ``false-alarms.json`` into ``--out``. A correct adapter
-failing any check under any seed is a false alarm of the suite; exits 1 if there was one.
+``--hypothesis-profile=ci-random --hypothesis-seed=K`` (the default profile's size, but random, not
+derandomised: each seed draws other examples), prints one line per seed and writes ``false-alarms.json``
+into ``--out``. A correct adapter failing any check under any seed is a false alarm of the suite; exits 1
+if there was one.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     ap.add_argument("--adapter", action="append", default=[], help="adapters (default: every built-in)")
     ap.add_argument("--workers", default="2", help="pytest-xdist workers: a number, auto, or 0 for none")
-    ap.add_argument("--profile", default="dev", help="Hypothesis profile (default: dev)")
+    ap.add_argument(
+        "--profile", default="ci-random", help="Hypothesis profile (default: ci-random, the ci profile randomised)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "out" / "false-alarms")
     args = ap.parse_args(argv)
     adapters = args.adapter or sorted(BUILTIN)
