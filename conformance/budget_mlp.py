@@ -102,7 +102,7 @@ def activation(r: Rounding, a: Tracked, name: str, unit: float | None = None) ->
     elif name == "relu_squared":
         carried = 2 * np.abs(np.maximum(a.v, 0)) * a.e + a.e * a.e
     else:
-        carried = np.abs(df(a.v)) * a.e
+        carried = em.secant(f, df)(a.v, a.e)
     e = carried + k * r.u_work * scale + _underflow(r, name, a.v) + em._store(r, v, unit)
     return Tracked(v, e, np.maximum(np.abs(v), scale))
 
@@ -116,7 +116,7 @@ def activation_derivative(r: Rounding, a: Tracked, name: str, unit: float | None
     elif name == "relu_squared":
         carried = 2 * a.e
     else:
-        carried = _second(df, a.v) * a.e
+        carried = em.secant(df, lambda v: _second(df, v))(a.v, a.e)
     e = carried + k * r.u_work * scale + _underflow(r, name, a.v) + em._store(r, v, unit)
     return Tracked(v, e, np.maximum(np.abs(v), scale))
 

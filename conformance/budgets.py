@@ -204,7 +204,11 @@ def _silu_parts(r: Rounding, a: Tracked) -> tuple[Tracked, Tracked]:
     product, as a chain of framework ops computes it.
     """
     sigma = ref.swiglu.sigmoid
-    sig = em.func(r, a, sigma, lambda v: sigma(v) * (1.0 - sigma(v)))
+
+    def dsigma(v: F64) -> F64:
+        return sigma(v) * (1.0 - sigma(v))
+
+    sig = em.func(r, a, sigma, dsigma, spread=em.secant(sigma, dsigma))
     return sig, em.mul(r, a, sig)
 
 
