@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+#: The run's pytest configuration; ``-c`` makes pytest read it instead of looking for one.
+CONFIG = PACKAGE_DIR / "run.ini"
 
 #: One intra-op thread per worker process (as ``nox -s conformance`` runs): the checks run tiny tensors.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -33,9 +35,9 @@ def has_n(args: list[str]) -> bool:
 
 def pytest_args(args: list[str]) -> list[str]:
     """The pytest command line for the given options: this package's checks, configured by it alone."""
-    isolated = ["-c", os.devnull, "--rootdir", str(PACKAGE_DIR), "--confcutdir", str(PACKAGE_DIR)]
+    isolated = ["-c", str(CONFIG), "--rootdir", str(PACKAGE_DIR), "--confcutdir", str(PACKAGE_DIR)]
     workers = [] if has_n(args) else ["-n", "auto"]
-    return [str(PACKAGE_DIR), *isolated, "-p", "no:cacheprovider", *workers, *args]
+    return [str(PACKAGE_DIR), *isolated, *workers, *args]
 
 
 def main(argv: list[str] | None = None) -> int:
