@@ -137,6 +137,15 @@ def test_broken_plugin_is_one_line(broken_plugins: Path, name: str, expected: st
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
+def test_unknown_name_lists_plugins_apart(broken_plugins: Path) -> None:
+    """An unknown name is answered with the built-in names and, apart from them, the installed plugins."""
+    with pytest.raises(AdapterLoadError) as err:
+        load_adapter("nope")
+    builtin, _, plugins = str(err.value).partition("; installed plugins: ")
+    assert "built-in adapters: flax, " in builtin and "missing-attr" not in builtin
+    assert {"build-fails", "import-fails", "missing-attr", "not-an-adapter"} <= set(plugins.split("; ")[0].split(", "))
+
+
 def test_broken_plugin_stops_the_run_with_status_4(broken_plugins: Path, tmp_path: Path) -> None:
     """Named on the command line, a plugin whose module fails to import ends the run at once: exit 4, one line."""
     run = run_from(tmp_path, tmp_path / "out", "--adapter", "import-fails", path=(broken_plugins,))
