@@ -6,6 +6,12 @@ must be caught).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
+
+A candidate of your own is installed into the conformance session with ``--install``, taken out of the
+arguments before pytest sees them and given to pip (repeatable; a path is relative to where nox was run):
+``nox -s conformance -- --install ../tiny-kernels --adapter tiny-kernels``. It also takes a requirement
+(``--install "tiny-kernels==0.1.0"``, ``--install "tiny-kernels @ git+https://..."``) or an editable install
+(``--install="-e ../mypkg"``).
 """
 
 from __future__ import annotations
@@ -63,14 +69,51 @@ def adapter_extras(args: list[str]) -> list[str]:
     return sorted(e for e in extras if e)
 
 
+def take_install(args: list[str], invoked_from: str) -> tuple[list[list[str]], list[str]]:
+    """Split ``--install SPEC`` / ``--install=SPEC`` out of the arguments: (pip arguments of each, the rest).
+
+    SPEC is one thing ``pip install`` takes: a path, a requirement, or an option and its value (``-e PATH``).
+    A path (it starts with ``.`` or holds a ``/`` and is no URL, as pip tells paths from names) is made
+    absolute from ``invoked_from``, the directory nox was run in."""
+    specs: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == "--install":
+            spec = next(it, None)
+            if spec is None:
+                raise ValueError("--install needs a path or requirement: --install PATH_OR_REQUIREMENT")
+            specs.append(spec)
+        elif a.startswith("--install="):
+            specs.append(a.removeprefix("--install="))
+        else:
+            rest.append(a)
+
+    def pip_args(spec: str) -> list[str]:
+        words = spec.split(maxsplit=1) if spec.startswith("-") else [spec]
+        return [str(Path(invoked_from, w).resolve()) if _is_path(w) else w for w in words]
+
+    return [pip_args(s) for s in specs], rest
+
+
+def _is_path(word: str) -> bool:
+    return word.startswith(".") or ("/" in word and "://" not in word and "@" not in word)
+
+
 @nox.session(python=PYTHON)
 def conformance(session: nox.Session) -> None:
     """Run the conformance checks (default adapters: numpy, torch) and write report.json / report.md.
 
     Installs the extras the requested built-in adapters need: ``-- --adapter jax,flax`` installs
-    ``.[jax]``, ``-- --adapter hf-llama`` installs ``.[hf]``."""
-    install(session, *adapter_extras(list(session.posargs)))
-    args = list(session.posargs)
+    ``.[jax]``, ``-- --adapter hf-llama`` installs ``.[hf]``; ``-- --install PATH_OR_REQUIREMENT`` installs
+    a candidate of your own (module docstring)."""
+    try:
+        candidates, args = take_install(list(session.posargs), session.invoked_from)
+    except ValueError as exc:
+        session.error(str(exc))
+    install(session, *adapter_extras(args))
+    for pip_args in candidates:
+        session.install(*pip_args)
     if not _has_n(args):
         args = ["-n", "auto", *args]
     session.run("pytest", "conformance", "-p", "no:cacheprovider", *args, env=_threads())

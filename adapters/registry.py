@@ -50,8 +50,11 @@ def load_adapter(spec: str, device: str = "cpu") -> Adapter:
     target = BUILTIN.get(spec) or _plugins().get(spec)
     if target is None:
         if ":" not in spec:
+            plugins = sorted(_plugins())
+            installed = f"; installed plugins: {', '.join(plugins)}" if plugins else ""
             raise AdapterLoadError(
-                f"unknown adapter {spec!r}; built-in adapters: {', '.join(known_names())}; or give package.module:attr"
+                f"unknown adapter {spec!r}; built-in adapters: {', '.join(sorted(BUILTIN))}{installed}; "
+                "or give package.module:attr"
             )
         target = spec
     module_name, _, attr = target.partition(":")

@@ -1,0 +1,195 @@
+"""The worked example of a candidate's repository (docs/examples/tiny-kernels): its adapter conforms when run
+from its own directory, its entry point resolves, a defect planted in it is caught; malformed plugins are
+usage errors of one line; ``--install`` of ``nox -s conformance``; docs/gating.md's workflow is the example's."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from adapters.registry import ENTRY_POINT_GROUP, AdapterLoadError, import_path, known_names, load_adapter
+from tests.conformance_run import ROOT, Run
+
+EXAMPLE = ROOT / "docs" / "examples" / "tiny-kernels"
+ADAPTER = "tiny_kernels.conformance_adapter:TinyKernelsAdapter"
+
+
+def run_from(cwd: Path, report_dir: Path, *args: str, path: tuple[Path, ...] = ()) -> Run:
+    """``python -m conformance ARGS`` in ``cwd`` (the suite on PYTHONPATH, as if installed), on one process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (ROOT, *path))), OMP_NUM_THREADS="1")
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance", "-n", "0", "-q", "--report-dir", str(report_dir), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr, report_dir)
+
+
+def test_example_conforms_from_its_own_directory(tmp_path: Path) -> None:
+    """The example's adapter, by import path from its directory: every RMSNorm and RoPE check passes."""
+    run = run_from(EXAMPLE, tmp_path, "--adapter", ADAPTER, "--behaviour", "rms_norm,rope", "--dtype", "bfloat16")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    checks = run.checks(adapter="tiny-kernels")
+    assert {c["behaviour"] for c in checks} == {"rms_norm", "rope"}
+    assert all(c["status"] == "passed" for c in checks), [c for c in checks if c["status"] != "passed"]
+    (adapter,) = run.report["adapters"]
+    assert adapter["spec"] == ADAPTER and adapter["conventions"]["rope_layout"] == "interleaved"
+    assert (tmp_path / "report.md").read_text().startswith("# Conformance report")
+
+
+def test_planted_defect_in_a_copy_is_caught(tmp_path: Path) -> None:
+    """ε moved out of the square root of a copy of the example fails rms_norm/forward; the copy's own pytest
+    configuration and conftest (which would break any run that read them) are not the suite's."""
+    copy = tmp_path / "repo"
+    shutil.copytree(EXAMPLE / "tiny_kernels", copy / "tiny_kernels")
+    norms = copy / "tiny_kernels" / "norms.py"
+    correct = "torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)"
+    assert correct in norms.read_text()
+    norms.write_text(norms.read_text().replace(correct, "1.0 / (xf.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps)"))
+    (copy / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--no-such-option"\n')
+    (copy / "conftest.py").write_text("raise SystemExit('the candidate repository conftest was loaded')\n")
+    run = run_from(
+        copy, tmp_path / "out", "--adapter", ADAPTER, "--behaviour=rms_norm", "--dtype=float32", "-k", "forward"
+    )
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    (forward,) = run.checks(check="rms_norm/forward")
+    assert forward["status"] == "failed" and "should be" in forward["message"]
+
+
+def _dist_info(site: Path, dist: str, entry_points: dict[str, str]) -> None:
+    """An installed distribution's metadata, as pip writes it, declaring adapters in the suite's group."""
+    info = site / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+    lines = [f"{name} = {target}" for name, target in entry_points.items()]
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n")
+
+
+def test_example_entry_point_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry point the example's pyproject.toml declares makes ``--adapter tiny-kernels`` its adapter."""
+    declared = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    assert declared == {"tiny-kernels": ADAPTER}
+    _dist_info(tmp_path, "tiny-kernels", declared)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "tiny-kernels" in known_names()
+    assert import_path("tiny-kernels") == ADAPTER
+    adapter = load_adapter("tiny-kernels")
+    assert adapter.name == "tiny-kernels" and set(adapter.capabilities) == {"rms_norm", "rope"}
+
+
+BROKEN_PLUGIN = """
+class BuildFails:
+    def __init__(self):
+        raise RuntimeError("no device found")
+
+not_an_adapter = object()
+"""
+PLUGIN_IMPORT_FAILS = "import numpy\nimport tiny_kernels_native_ext  # a compiled extension that was not built\n"
+
+
+@pytest.fixture
+def broken_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Installed plugins that are broken in the ways plugins break; the site directory they are in."""
+    (tmp_path / "broken_plugin.py").write_text(BROKEN_PLUGIN)
+    (tmp_path / "plugin_import_fails.py").write_text(PLUGIN_IMPORT_FAILS)
+    _dist_info(
+        tmp_path,
+        "broken-plugins",
+        {
+            "missing-attr": "broken_plugin:Missing",
+            "not-an-adapter": "broken_plugin:not_an_adapter",
+            "build-fails": "broken_plugin:BuildFails",
+            "import-fails": "plugin_import_fails:Adapter",
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("missing-attr", "adapter 'missing-attr': module 'broken_plugin' has no attribute 'Missing'"),
+        ("not-an-adapter", "adapter 'not-an-adapter' is not an adapter: it has no name, conventions"),
+        ("build-fails", "adapter 'build-fails': building it failed: RuntimeError: no device found"),
+        (
+            "import-fails",
+            "adapter 'import-fails': cannot import 'plugin_import_fails': ModuleNotFoundError: "
+            "No module named 'tiny_kernels_native_ext'",
+        ),
+    ],
+)
+def test_broken_plugin_is_one_line(broken_plugins: Path, name: str, expected: str) -> None:
+    with pytest.raises(AdapterLoadError) as err:
+        load_adapter(name)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_name_lists_plugins_apart(broken_plugins: Path) -> None:
+    """An unknown name is answered with the built-in names and, apart from them, the installed plugins."""
+    with pytest.raises(AdapterLoadError) as err:
+        load_adapter("nope")
+    builtin, _, plugins = str(err.value).partition("; installed plugins: ")
+    assert "built-in adapters: flax, " in builtin and "missing-attr" not in builtin
+    assert {"build-fails", "import-fails", "missing-attr", "not-an-adapter"} <= set(plugins.split("; ")[0].split(", "))
+
+
+def test_broken_plugin_stops_the_run_with_status_4(broken_plugins: Path, tmp_path: Path) -> None:
+    """Named on the command line, a plugin whose module fails to import ends the run at once: exit 4, one line."""
+    run = run_from(tmp_path, tmp_path / "out", "--adapter", "import-fails", path=(broken_plugins,))
+    assert run.returncode == 4, run.stdout[-1500:] + run.stderr[-1500:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "No module named 'tiny_kernels_native_ext'" in errors[0], run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_nox_install_option() -> None:
+    """``--install`` is taken out of the pytest arguments (repeatable); paths are made absolute from where nox
+    was run, requirements and URLs are left to pip."""
+    noxfile = pytest.importorskip("noxfile")
+    installs, rest = noxfile.take_install(
+        [
+            "--install",
+            "docs/examples/tiny-kernels",
+            "--adapter",
+            "tiny-kernels",
+            "--install=-e ../mypkg",
+            "--install",
+            "tiny-kernels==0.1.0",
+            "--install",
+            "tiny-kernels @ git+https://example.org/tiny-kernels@v1",
+            "--dtype=float32",
+        ],
+        "/home/me/suite",
+    )
+    assert installs == [
+        ["/home/me/suite/docs/examples/tiny-kernels"],
+        ["-e", "/home/me/mypkg"],
+        ["tiny-kernels==0.1.0"],
+        ["tiny-kernels @ git+https://example.org/tiny-kernels@v1"],
+    ]
+    assert rest == ["--adapter", "tiny-kernels", "--dtype=float32"]
+    with pytest.raises(ValueError, match="--install needs a path or requirement"):
+        noxfile.take_install(["--adapter", "x", "--install"], "/")
+
+
+def test_gating_doc_shows_the_example_workflow() -> None:
+    """docs/gating.md's workflow is the example's file, word for word, and it is valid YAML."""
+    workflow = (EXAMPLE / ".github" / "workflows" / "conformance.yml").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "gating.md").read_text(), flags=re.S)
+    assert workflow in blocks
+    yaml = pytest.importorskip("yaml")
+    steps = yaml.safe_load(workflow)["jobs"]["conformance"]["steps"]
+    assert any(s.get("run") == "nox -s conformance" for s in steps)
