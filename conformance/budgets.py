@@ -289,6 +289,8 @@ def cross_entropy_vjp(
     onehot = np.zeros_like(p.v)
     np.put_along_axis(onehot, inputs["targets"][..., None], 1.0, axis=-1)
     q = em.sub(r, p, em.exact(onehot), unit=r.u_work)
+    if "cross_entropy" in conv.grad_in_forward:  # ∂loss/∂u for a unit cotangent, kept in the input dtype
+        q = em.store(r, q, dtype.unit_roundoff)
     return {"logits": em.mul(r, q, em.exact(np.asarray(g64)[..., None]), unit=r.u_work)}
 
 

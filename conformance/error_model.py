@@ -128,6 +128,11 @@ def div(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Track
     return Tracked(v, e, a.m / np.abs(b.v))
 
 
+def store(r: Rounding, a: Tracked, unit: float) -> Tracked:
+    """A computed value stored (rounded) at ``unit``: a kernel that keeps it in memory in that format."""
+    return Tracked(a.v, a.e + _store(r, a.v, unit), a.m)
+
+
 def const(r: Rounding, c: float) -> Tracked:
     """A Python scalar (ε, α) as the candidate holds it: rounded to working precision."""
     v = np.asarray(float(c))
