@@ -46,6 +46,7 @@ tanh-GELU products and squared ReLU only, so they are not declared (docs/adapter
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from importlib.metadata import version
 from typing import Any
@@ -53,6 +54,8 @@ from typing import Any
 import numpy as np
 import torch
 
+#: Liger was imported before this module, with its kernels compiled: too late to interpret them
+_IMPORTED_COMPILED = "liger_kernel" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
 if not torch.cuda.is_available():
     # must precede the import of Liger's kernel modules: Triton reads it as each kernel is decorated
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -76,13 +79,16 @@ from adapters.contract import Capability, Conventions  # noqa: E402
 from adapters.torch_adapter import TorchAdapter  # noqa: E402
 
 #: Liger's kernels were defined for the interpreter (no CUDA, or TRITON_INTERPRET=1 set by the user)
-INTERPRETED = isinstance(liger_kernel.ops.rms_norm._rms_norm_forward_kernel, triton.runtime.interpreter.InterpretedFunction)
+INTERPRETED = not _IMPORTED_COMPILED and isinstance(
+    liger_kernel.ops.rms_norm._rms_norm_forward_kernel, triton.runtime.interpreter.InterpretedFunction
+)
 BRIDGED = compat.apply(
     [liger_kernel.ops.rms_norm, liger_kernel.ops.layer_norm, liger_kernel.ops.cross_entropy, liger_kernel.ops.geglu]
 )
 
 #: eps of LigerRMSNorm and LigerLayerNorm (the functions have no default)
 DEFAULT_EPS = 1e-6
+
 
 def _cos_sin(positions: torch.Tensor, rd: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the angles, (T, rd) in float32, each half the same (HF's ``cat(freqs, freqs)``)."""
@@ -157,7 +163,8 @@ def _check_device(device: str) -> None:
         raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
     if not device.startswith("cuda") and not INTERPRETED:
         raise RuntimeError(
-            "Liger's kernels were compiled for the GPU; to run them on the CPU set TRITON_INTERPRET=1 before the run"
+            "Liger's kernels were defined for compilation (liger_kernel imported before this adapter, or "
+            "TRITON_INTERPRET=0); to run them on the CPU set TRITON_INTERPRET=1 before the run"
         )
 
 
@@ -187,9 +194,10 @@ class LigerAdapter(TorchAdapter):
             rope_angle_dtype="float32",
             compute_dtype="float32",
             norm_rounding="before_weight",
-            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "cross_entropy.vjp", "cross_entropy_mean"}),
+            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "cross_entropy_mean"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"}),
+            grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean"}),
         )
 
     def declared_capabilities(self) -> dict[str, Capability]:
