@@ -86,6 +86,9 @@ BRIDGED = compat.apply(
     [liger_kernel.ops.rms_norm, liger_kernel.ops.layer_norm, liger_kernel.ops.cross_entropy, liger_kernel.ops.geglu]
 )
 
+#: the operations of Liger's cross-entropy kernel
+_LOSSES = ("cross_entropy", "cross_entropy_mean", "z_loss", "softcap_z_loss")
+
 #: eps of LigerRMSNorm and LigerLayerNorm (the functions have no default)
 DEFAULT_EPS = 1e-6
 
@@ -198,6 +201,7 @@ class LigerAdapter(TorchAdapter):
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"}),
             grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean"}),
+            exp_via_exp2=frozenset(_LOSSES),
         )
 
     def declared_capabilities(self) -> dict[str, Capability]:

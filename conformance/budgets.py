@@ -47,6 +47,7 @@ def rounding(op: str, dtype: Format, conv: Conventions, grad: bool = False) -> R
         u_mid=u_mid,
         u_sum=dtype.unit_roundoff if declared(conv.low_precision_sums) else 0.0,
         ftz=conv.flush_subnormals,
+        exp2=declared(conv.exp_via_exp2),
     )
 
 

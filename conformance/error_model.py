@@ -70,6 +70,8 @@ class Rounding:
     #: subnormal results are flushed to zero (XLA CPU): a stored value may be off by the smallest normal
     #: number of its format instead of half the subnormal spacing
     ftz: bool = False
+    #: exp(t) is evaluated as exp2(t·log₂e): the scaled argument is rounded at u_work before the exponential
+    exp2: bool = False
 
     def eta(self, unit: float) -> float:
         """Absolute error of one rounding at ``unit`` near zero."""
@@ -206,7 +208,10 @@ def func(
 
 
 def exp(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
-    """exp, with the argument's error carried exactly: |e^(a+δ) − e^a| ≤ e^a·(e^|δ| − 1)."""
+    """exp, with the argument's error carried exactly: |e^(a+δ) − e^a| ≤ e^a·(e^|δ| − 1). Evaluated as
+    exp2(a·log₂e) (``r.exp2``), the rounded product is off by u_work·|a| more, in natural-log units."""
+    if r.exp2:
+        a = Tracked(a.v, a.e + r.u_work * np.abs(a.v), a.m)
     return func(r, a, np.exp, np.exp, unit, spread=lambda v, e: np.exp(v) * np.expm1(e))
 
 

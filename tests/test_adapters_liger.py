@@ -121,7 +121,12 @@ def test_before_weight_is_enforced() -> None:
 
 def test_grad_in_forward_is_enforced() -> None:
     """Liger's cross-entropy keeps (softmax − onehot) in float16 and multiplies it by the cotangent
-    afterwards: two roundings. Undeclared, the float16 gradient fails; declared, it passes."""
+    afterwards: two roundings. Undeclared, the float16 gradient fails; declared, it passes (measured under
+    the interpreter)."""
+    from adapters import liger_adapter
+
+    if not liger_adapter.INTERPRETED:
+        pytest.skip("the example is measured under the interpreter")
     adapter, dtype = load_adapter("liger"), fmt("float16")
     c = case("cross_entropy", dtype)
     cot = fill(dtype, (3,), 1.0, 99)
@@ -146,3 +151,32 @@ def test_grad_in_forward_budget() -> None:
     )
     extra = stored["logits"].e - plain.e
     assert np.all(extra >= 0.99 * dtype.unit_roundoff * np.abs(plain.v))
+
+
+def test_exp_via_exp2_is_enforced() -> None:
+    """Liger's cross-entropy takes exp(t) as exp2(t·log₂e): at a probability of e^-27 (t = x − max) the
+    rounding of t·log₂e shows in float32. Undeclared, that gradient fails; declared, it passes (an example
+    measured under the interpreter, whose exp2 is NumPy's)."""
+    from adapters import liger_adapter
+
+    if not liger_adapter.INTERPRETED:
+        pytest.skip("the example is measured with the interpreter's exp2")
+    adapter, dtype = load_adapter("liger"), fmt("float32")
+    logits = np.array([[-31.239698, -50.746395, -36.141903, -4.456827, -39.593666]], dtype=np.float32)
+    c = Case({"logits": logits, "targets": np.array([0])}, {})
+    cot = np.array([1.0], dtype=np.float32)
+    with outside_hypothesis():
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+    adapter.conventions = replace(adapter.conventions, exp_via_exp2=frozenset())
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="∂L/∂logits"):
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+
+
+def test_exp_via_exp2_budget() -> None:
+    """exp(t) through exp2(t·log₂e) is charged u_work·|t| more in the exponent: e^t·u·|t| to first order."""
+    from conformance import error_model as em
+
+    t = em.exact(np.array([-60.0, -1.0, 0.0]))
+    plain = em.exp(em.Rounding(2.0**-24, 2.0**-24), t)
+    base2 = em.exp(em.Rounding(2.0**-24, 2.0**-24, exp2=True), t)
+    np.testing.assert_allclose(base2.e - plain.e, 2.0**-24 * np.abs(t.v) * np.exp(t.v), rtol=1e-5)
