@@ -8,10 +8,12 @@ MLP whose three projections are torch matmuls, as ``LigerSwiGLUMLP`` builds it) 
 Tensor conversions, autograd plumbing and the benchmark hook come from the torch adapter.
 
 **Device.** On CUDA the kernels are compiled as usual. Without CUDA they run under Triton's interpreter,
-which this module switches on by setting ``TRITON_INTERPRET=1`` *before* Liger's kernels are defined
-(Triton reads it when a kernel is decorated), unless the variable is already set; the variable then stays
-set for the process (on such a machine no Triton kernel can run compiled anyway; nothing else changes for
-the other adapters). ``adapters/triton_interpreter_compat.py`` bridges two interpreter gaps that break
+which this module switches on by setting ``TRITON_INTERPRET=1`` *before* triton is imported (Triton
+reads it as each kernel is decorated, its own library functions — ``tl.sum``, ``tl.sigmoid`` — when it is
+imported), unless the variable is already set. It then stays set for the process: on a machine without
+CUDA no Triton kernel can run compiled anyway, and nothing changes for the other adapters. A process that
+imported triton before this module cannot interpret Liger's kernels: the adapter then refuses the CPU with
+a one-line error. ``adapters/triton_interpreter_compat.py`` bridges two interpreter gaps that break
 RMSNorm, LayerNorm, SwiGLU, GeGLU and soft-capped cross-entropy there. The interpreter computes bfloat16
 arithmetic on the raw 16-bit patterns and truncates float32 to bfloat16, so bfloat16 is declared only
 where the kernels are compiled; float32 and float16 run in both.
@@ -33,9 +35,9 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
   projections x·W₁ and x·W₃ — intermediates here, not inputs of the contract's operation.
 * Cross-entropy computes the gradient during the forward and stores it *in the logits*, zeroes the logits
   of ignored tokens even without gradients, and multiplies the stored gradient by the cotangent in the
-  input dtype: ``in_place_ops`` cross_entropy and cross_entropy_mean; ``unfused`` ``cross_entropy.vjp``
-  and ``cross_entropy_mean`` (whose per-token losses are rounded to the input dtype before they are
-  summed). The z-loss (``lse_square_scale``·lse², after soft-capping when ``softcap`` is given) is an
+  input dtype: ``in_place_ops`` and ``grad_in_forward`` cross_entropy and cross_entropy_mean, and
+  ``unfused`` ``cross_entropy_mean`` (its per-token losses are rounded to the input dtype before they are
+  summed). It takes exp(t) as exp2(t·log₂e): ``exp_via_exp2`` for all four losses. The z-loss (``lse_square_scale``·lse², after soft-capping when ``softcap`` is given) is an
   extra output with no gradient of its own — Liger adds its gradient into the cross-entropy's — so
   ``z_loss`` and ``softcap_z_loss`` are declared forward only.
 
@@ -54,10 +56,13 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Liger was imported before this module, with its kernels compiled: too late to interpret them
-_IMPORTED_COMPILED = "liger_kernel" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+#: Triton (or Liger) was imported before this module without the interpreter: too late to interpret
+_IMPORTED_COMPILED = (
+    any(m in sys.modules for m in ("triton", "liger_kernel")) and os.environ.get("TRITON_INTERPRET") != "1"
+)
 if not torch.cuda.is_available():
-    # must precede the import of Liger's kernel modules: Triton reads it as each kernel is decorated
+    # must precede the import of triton: it reads the variable as each kernel is decorated, and its own
+    # library functions (tl.sum, tl.max, tl.sigmoid, …) are decorated when triton is imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import liger_kernel.ops.cross_entropy  # noqa: E402
@@ -166,7 +171,7 @@ def _check_device(device: str) -> None:
         raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
     if not device.startswith("cuda") and not INTERPRETED:
         raise RuntimeError(
-            "Liger's kernels were defined for compilation (liger_kernel imported before this adapter, or "
+            "Liger's kernels were defined for compilation (triton imported before this adapter, or "
             "TRITON_INTERPRET=0); to run them on the CPU set TRITON_INTERPRET=1 before the run"
         )
 

@@ -9,8 +9,8 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-# not importorskip: importing liger_kernel here, before the adapter module, would define its kernels for
-# compilation, where the adapter needs Triton's interpreter on a machine without a GPU
+# not importorskip: importing triton or liger_kernel here, before the adapter module, would define their
+# kernels for compilation, where the adapter needs Triton's interpreter on a machine without a GPU
 if find_spec("liger_kernel") is None or find_spec("triton") is None:
     pytest.skip("liger-kernel and triton are not installed", allow_module_level=True)
 
@@ -20,7 +20,7 @@ from conformance.dtypes import fmt
 from conformance.strategies import Case, fill
 from tests.adapter_smoke import case, outside_hypothesis, smoke
 
-pytestmark = pytest.mark.xdist_group("liger")  # one worker imports Liger (and Triton) once
+pytestmark = pytest.mark.xdist_group("triton")  # one worker imports Triton (and Liger) once
 
 
 def _record(op: str) -> Record:

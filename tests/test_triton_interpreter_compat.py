@@ -4,12 +4,18 @@ closes it."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+if "triton" not in sys.modules:
+    # as the liger adapter does: Triton defines its own library functions (tl.sum, …) when imported, for the
+    # interpreter only if this is set then; a process that later runs the liger adapter on a CPU needs that
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
@@ -19,6 +25,8 @@ from triton.language.extra import libdevice  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
 from adapters import triton_interpreter_compat as compat  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("triton")  # with the liger adapter's tests: one worker imports Triton
 
 
 @pytest.fixture
