@@ -37,9 +37,10 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
   of ignored tokens even without gradients, and multiplies the stored gradient by the cotangent in the
   input dtype: ``in_place_ops`` and ``grad_in_forward`` cross_entropy and cross_entropy_mean, and
   ``unfused`` ``cross_entropy_mean`` (its per-token losses are rounded to the input dtype before they are
-  summed). It takes exp(t) as exp2(t·log₂e): ``exp_via_exp2`` for all four losses. The z-loss (``lse_square_scale``·lse², after soft-capping when ``softcap`` is given) is an
-  extra output with no gradient of its own — Liger adds its gradient into the cross-entropy's — so
-  ``z_loss`` and ``softcap_z_loss`` are declared forward only.
+  summed). It takes exp(t) as exp2(t·log₂e): ``exp_via_exp2`` for all four losses. The z-loss
+  (``lse_square_scale``·lse², after soft-capping when ``softcap`` is given) is an extra output with no
+  gradient of its own — Liger adds its gradient into the cross-entropy's — so ``z_loss`` and
+  ``softcap_z_loss`` are declared forward only.
 
 The contract's ``glu_mlp`` and ``mlp`` take one of several activations per call; Liger has the SiLU and
 tanh-GELU products and squared ReLU only, so they are not declared (docs/adapters.md).
