@@ -121,8 +121,9 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The project's own tests: oracle vs finite differences, planted defects caught, report and CLI."""
-    install(session, "torch", "dev")
+    """The project's own tests: oracle vs finite differences, planted defects caught, report and CLI; the liger
+    adapters and the Triton interpreter bridges (about 15 s on one worker)."""
+    install(session, "torch", "liger", "dev")
     args = list(session.posargs)
     if not _has_n(args):
         # loadgroup: tests sharing a module-scoped conformance run stay on one worker

@@ -217,6 +217,13 @@ class Conventions:
     flush_subnormals: bool = False
     #: Operations allowed to write into their inputs.
     in_place_ops: frozenset[str] = frozenset()
+    #: Operations whose forward computes the gradient for a unit cotangent and stores it in the input dtype,
+    #: the backward multiplying it by the cotangent (fused cross-entropy kernels such as Liger-Kernel's, which
+    #: keep it in the logits): one more rounding of the gradient, before the product.
+    grad_in_forward: frozenset[str] = frozenset()
+    #: Operations ("op" or "op.vjp") that evaluate exp(t) as exp2(t·log₂e), as GPU kernels do for the
+    #: hardware's base-2 exponential: the product t·log₂e is one more rounding, u·|t| in the exponent.
+    exp_via_exp2: frozenset[str] = frozenset()
     #: Where causal attention puts the diagonal when there are fewer queries than keys: "bottom_right" (query i
     #: of L_q sees keys ≤ i + L_k − L_q, as decoding with a KV cache needs) or "top_left" (keys ≤ i, as
     #: is_causal in torch's and JAX's fused attention).
@@ -236,6 +243,8 @@ class Conventions:
             "eps_defaults": dict(self.eps_defaults),
             "flush_subnormals": self.flush_subnormals,
             "in_place_ops": sorted(self.in_place_ops),
+            "grad_in_forward": sorted(self.grad_in_forward),
+            "exp_via_exp2": sorted(self.exp_via_exp2),
             "causal_alignment": self.causal_alignment,
         }
 

@@ -14,4 +14,7 @@ EXTRAS: dict[str, str] = {
     "hf-llama": "hf",
     "hf-gemma": "hf",
     "hf-t5": "hf",
+    "liger": "liger",
+    "liger-gemma": "liger",
+    "liger-none": "liger",
 }

@@ -20,6 +20,9 @@ BUILTIN: dict[str, str] = {
     "hf-llama": "adapters.hf_adapter:HFLlamaAdapter",
     "hf-gemma": "adapters.hf_adapter:HFGemmaAdapter",
     "hf-t5": "adapters.hf_adapter:HFT5Adapter",
+    "liger": "adapters.liger_adapter:LigerAdapter",
+    "liger-gemma": "adapters.liger_adapter:LigerGemmaAdapter",
+    "liger-none": "adapters.liger_adapter:LigerNoneAdapter",
 }
 
 

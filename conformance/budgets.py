@@ -47,6 +47,7 @@ def rounding(op: str, dtype: Format, conv: Conventions, grad: bool = False) -> R
         u_mid=u_mid,
         u_sum=dtype.unit_roundoff if declared(conv.low_precision_sums) else 0.0,
         ftz=conv.flush_subnormals,
+        exp2=declared(conv.exp_via_exp2),
     )
 
 
@@ -293,6 +294,8 @@ def cross_entropy_vjp(
     onehot = np.zeros_like(p.v)
     np.put_along_axis(onehot, inputs["targets"][..., None], 1.0, axis=-1)
     q = em.sub(r, p, em.exact(onehot), unit=r.u_work)
+    if "cross_entropy" in conv.grad_in_forward:  # ∂loss/∂u for a unit cotangent, kept in the input dtype
+        q = em.store(r, q, dtype.unit_roundoff)
     return {"logits": em.mul(r, q, em.exact(np.asarray(g64)[..., None]), unit=r.u_work)}
 
 

@@ -53,8 +53,15 @@ def cross_entropy_mean_vjp(
     np.put_along_axis(onehot, safe[..., None], 1.0, axis=-1)
     q = em.sub(r, p, em.exact(onehot), unit=r.u_work)
     n = max(int(valid.sum()), 1)
-    coef = em.mul(r, em.exact(np.full((logits.shape[0], 1), float(np.asarray(g64)))), em.const(r, 1.0 / n))
-    coef = Tracked(*(np.where(valid[:, None], a, 0.0) for a in (coef.v, coef.e, coef.m)))
+    g = em.exact(np.full((logits.shape[0], 1), float(np.asarray(g64))))
+    rows = valid[:, None]
+    if "cross_entropy_mean" in conv.grad_in_forward:
+        # the forward keeps (softmax − onehot)/#valid in the input dtype; the backward scales it by g
+        unit_cot = em.store(r, em.mul(r, q, em.const(r, 1.0 / n), unit=r.u_work), dtype.unit_roundoff)
+        unit_cot = Tracked(*(np.where(rows, a, 0.0) for a in (unit_cot.v, unit_cot.e, unit_cot.m)))
+        return {"logits": em.mul(r, unit_cot, g, unit=r.u_work)}
+    coef = em.mul(r, g, em.const(r, 1.0 / n))
+    coef = Tracked(*(np.where(rows, a, 0.0) for a in (coef.v, coef.e, coef.m)))
     return {"logits": em.mul(r, q, coef, unit=r.u_work)}
 
 

@@ -70,6 +70,8 @@ class Rounding:
     #: subnormal results are flushed to zero (XLA CPU): a stored value may be off by the smallest normal
     #: number of its format instead of half the subnormal spacing
     ftz: bool = False
+    #: exp(t) is evaluated as exp2(t·log₂e): the scaled argument is rounded at u_work before the exponential
+    exp2: bool = False
 
     def eta(self, unit: float) -> float:
         """Absolute error of one rounding at ``unit`` near zero."""
@@ -126,6 +128,11 @@ def div(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Track
     v = a.v / b.v
     e = a.e / np.abs(b.v) + np.abs(a.v) * b.e / (b.v * b.v) + _store(r, v, unit)
     return Tracked(v, e, a.m / np.abs(b.v))
+
+
+def store(r: Rounding, a: Tracked, unit: float) -> Tracked:
+    """A computed value stored (rounded) at ``unit``: a kernel that keeps it in memory in that format."""
+    return Tracked(a.v, a.e + _store(r, a.v, unit), a.m)
 
 
 def const(r: Rounding, c: float) -> Tracked:
@@ -219,7 +226,10 @@ def secant(f: Callable[[F64], F64], df: Callable[[F64], F64]) -> Callable[[F64, 
 
 
 def exp(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
-    """exp, with the argument's error carried exactly: |e^(a+δ) − e^a| ≤ e^a·(e^|δ| − 1)."""
+    """exp, with the argument's error carried exactly: |e^(a+δ) − e^a| ≤ e^a·(e^|δ| − 1). Evaluated as
+    exp2(a·log₂e) (``r.exp2``), the rounded product is off by u_work·|a| more, in natural-log units."""
+    if r.exp2:
+        a = Tracked(a.v, a.e + r.u_work * np.abs(a.v), a.m)
     return func(r, a, np.exp, np.exp, unit, spread=lambda v, e: np.exp(v) * np.expm1(e))
 
 

@@ -38,10 +38,13 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64) -> Case:
         }
     else:
         inputs = {"logits": fill(dtype, (3, 17), 2.0, seed)}
-        if op == "cross_entropy":
+        if op in ("cross_entropy", "cross_entropy_mean"):
             inputs["targets"] = np.array([0, 5, 16], dtype=np.int64)
+            if op == "cross_entropy_mean":
+                inputs["targets"][1] = -100
+                params = {"ignore_index": -100}
         else:
-            params = {"alpha": 1e-4}
+            params = {"alpha": 1e-4} | ({"cap": 5.0} if op == "softcap_z_loss" else {})
     return Case(inputs, params)
 
 

@@ -27,8 +27,8 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
     [
         (
             ["--adapter", "nope"],
-            "unknown adapter 'nope'; built-in adapters: flax, flax-nnx, hf-gemma, hf-llama, hf-t5, jax, numpy, "
-            "torch, torch-compile",
+            "unknown adapter 'nope'; built-in adapters: flax, flax-nnx, hf-gemma, hf-llama, hf-t5, jax, liger, "
+            "liger-gemma, liger-none, numpy, torch, torch-compile",
         ),
         (["--adapter", "no_such_pkg.mod:Adapter"], "cannot import 'no_such_pkg.mod': ModuleNotFoundError"),
         (["--adapter", "tests.faulty:Missing"], "module 'tests.faulty' has no attribute 'Missing'"),

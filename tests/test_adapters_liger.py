@@ -1,0 +1,182 @@
+"""The Liger-Kernel built-in adapters load, declare what they do, pass a smoke subset, and are held to
+their declarations: writing into inputs, the cast before the weight, the gradient kept from the forward."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib.util import find_spec
+
+import numpy as np
+import pytest
+
+# not importorskip: importing triton or liger_kernel here, before the adapter module, would define their
+# kernels for compilation, where the adapter needs Triton's interpreter on a machine without a GPU
+if find_spec("liger_kernel") is None or find_spec("triton") is None:
+    pytest.skip("liger-kernel and triton are not installed", allow_module_level=True)
+
+from adapters.registry import load_adapter
+from conformance.checks import CheckFailure, Record, call_op, check_forward, check_vjp
+from conformance.dtypes import fmt
+from conformance.strategies import Case, fill
+from tests.adapter_smoke import case, outside_hypothesis, smoke
+
+pytestmark = pytest.mark.xdist_group("triton")  # one worker imports Triton (and Liger) once
+
+
+def _record(op: str) -> Record:
+    return Record(op, op, "", "")
+
+
+@pytest.mark.parametrize("name", ["liger", "liger-gemma", "liger-none"])
+def test_smoke(name: str) -> None:
+    adapter = load_adapter(name)
+    assert adapter.name == name
+    assert smoke(adapter, ("float32", "float16"))
+
+
+def test_declarations() -> None:
+    from adapters import liger_adapter
+
+    adapter = load_adapter("liger")
+    conv = adapter.conventions
+    assert conv.rope_layout == "half" and conv.norm_rounding == "before_weight"
+    assert conv.eps_defaults == {"rms_norm": 1e-6, "layer_norm": 1e-6}
+    assert conv.in_place_ops == {"rope", "cross_entropy", "cross_entropy_mean"}
+    assert conv.grad_in_forward == {"cross_entropy", "cross_entropy_mean"}
+    caps = adapter.capabilities
+    assert set(caps) == {
+        "rms_norm",
+        "layer_norm",
+        "rope",
+        "swiglu_mlp",
+        "cross_entropy",
+        "cross_entropy_mean",
+        "z_loss",
+        "softcap_z_loss",
+    }
+    assert not caps["z_loss"].grad and not caps["softcap_z_loss"].grad  # Liger's z-loss has no gradient of its own
+    bf16 = all("bfloat16" in c.dtypes for c in caps.values())
+    assert bf16 == (not liger_adapter.INTERPRETED)  # the interpreter's bfloat16 arithmetic is not trusted
+    env = adapter.environment()
+    assert env["liger-kernel"] and env["triton"]
+    assert ("interpreter" in env["triton mode"]) == liger_adapter.INTERPRETED
+    gemma = load_adapter("liger-gemma").conventions
+    assert gemma.norm_weight_offset == 1.0 and gemma.norm_rounding == "single"
+
+
+def test_writes_into_inputs_only_where_declared() -> None:
+    """Liger's cross-entropy stores the gradient in the logits and its RoPE rotates q in place when q's
+    (batch, seq, heads, dim) view is contiguous: with the declaration removed the suite catches both; the
+    SwiGLU kernel's backward writes into its own arguments, x·W₁ and x·W₃ — not the MLP's inputs."""
+    adapter = load_adapter("liger")
+    dtype = fmt("float32")
+    ce = case("cross_entropy", dtype)
+    rope = Case({"x": fill(dtype, (1, 4, 8), 1.0, 3), "positions": np.arange(4, dtype=np.int64)}, {"base": 1e4})
+    with outside_hypothesis():
+        check_vjp(adapter, "cross_entropy", ce, fill(dtype, (3,), 1.0, 5), dtype, _record("ce"))
+        check_forward(adapter, "rope", rope, dtype, _record("rope"))
+        mlp = case("swiglu_mlp", dtype)
+        check_vjp(adapter, "swiglu_mlp", mlp, fill(dtype, (3, 8), 1.0, 9), dtype, _record("mlp"))
+    adapter.conventions = replace(adapter.conventions, in_place_ops=frozenset())
+    with outside_hypothesis():
+        with pytest.raises(CheckFailure, match="modified its input logits without declaring cross_entropy in-place"):
+            check_vjp(adapter, "cross_entropy", ce, fill(dtype, (3,), 1.0, 5), dtype, _record("ce"))
+        with pytest.raises(CheckFailure, match="modified its input x without declaring rope in-place"):
+            check_forward(adapter, "rope", rope, dtype, _record("rope"))
+        check_vjp(adapter, "swiglu_mlp", mlp, fill(dtype, (3, 8), 1.0, 9), dtype, _record("mlp"))
+
+
+def test_swiglu_kernel_backward_overwrites_its_arguments() -> None:
+    """What Liger's SwiGLU does to its own arguments: after the backward, a and b hold ∂L/∂a and ∂L/∂b."""
+    import torch
+    from liger_kernel.transformers.functional import liger_swiglu
+
+    a = torch.tensor([[0.5, -1.0, 2.0]], requires_grad=True)
+    b = torch.tensor([[1.5, 0.25, -3.0]], requires_grad=True)
+    before = a.detach().clone(), b.detach().clone()
+    liger_swiglu(a, b).backward(torch.ones(1, 3))
+    assert torch.equal(a.detach(), a.grad) and torch.equal(b.detach(), b.grad)  # type: ignore[arg-type]
+    assert not torch.equal(a.detach(), before[0]) and not torch.equal(b.detach(), before[1])
+    # through the contract (NumPy copies in, the adapter's own tensors): the caller's arrays are untouched
+    adapter, dtype = load_adapter("liger"), fmt("float32")
+    inputs = {"x": fill(dtype, (2, 4), 1.0, 1)} | {
+        k: fill(dtype, s, 0.5, i) for i, (k, s) in enumerate([("w1", (4, 6)), ("w3", (4, 6)), ("w2", (6, 4))])
+    }
+    kept = {k: v.copy() for k, v in inputs.items()}
+    call_op(adapter, "swiglu_mlp", inputs, {}, "liger.swiglu_mlp.vjp", fill(dtype, (2, 4), 1.0, 7))
+    assert all(np.array_equal(inputs[k], kept[k]) for k in inputs)
+
+
+def test_before_weight_is_enforced() -> None:
+    """Liger's llama casting mode casts x·(1/RMS) to the input dtype before the weight: declared as a
+    single rounding it fails in float16; as declared it passes."""
+    adapter, dtype = load_adapter("liger"), fmt("float16")
+    c = case("rms_norm", dtype, seed=0)
+    with outside_hypothesis():
+        check_forward(adapter, "rms_norm", c, dtype, _record("rms"))
+    adapter.conventions = replace(adapter.conventions, norm_rounding="single")
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+        check_forward(adapter, "rms_norm", c, dtype, _record("rms"))
+
+
+def test_grad_in_forward_is_enforced() -> None:
+    """Liger's cross-entropy keeps (softmax − onehot) in float16 and multiplies it by the cotangent
+    afterwards: two roundings. Undeclared, the float16 gradient fails; declared, it passes (measured under
+    the interpreter)."""
+    from adapters import liger_adapter
+
+    if not liger_adapter.INTERPRETED:
+        pytest.skip("the example is measured under the interpreter")
+    adapter, dtype = load_adapter("liger"), fmt("float16")
+    c = case("cross_entropy", dtype)
+    cot = fill(dtype, (3,), 1.0, 99)
+    with outside_hypothesis():
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+    adapter.conventions = replace(adapter.conventions, grad_in_forward=frozenset())
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="∂L/∂logits"):
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+
+
+def test_grad_in_forward_budget() -> None:
+    """The declaration charges one rounding of ∂loss/∂u to the input dtype before the product with g."""
+    from adapters.contract import Conventions
+    from conformance import budgets
+
+    dtype = fmt("float16")
+    c = case("cross_entropy", dtype)
+    g = np.array([1.0, -2.0, 0.5])
+    plain = budgets.VJP["cross_entropy"](c.inputs, {}, Conventions(), dtype, g)["logits"]
+    stored = budgets.VJP["cross_entropy"](
+        c.inputs, {}, Conventions(grad_in_forward=frozenset({"cross_entropy"})), dtype, g
+    )
+    extra = stored["logits"].e - plain.e
+    assert np.all(extra >= 0.99 * dtype.unit_roundoff * np.abs(plain.v))
+
+
+def test_exp_via_exp2_is_enforced() -> None:
+    """Liger's cross-entropy takes exp(t) as exp2(t·log₂e): at a probability of e^-27 (t = x − max) the
+    rounding of t·log₂e shows in float32. Undeclared, that gradient fails; declared, it passes (an example
+    measured under the interpreter, whose exp2 is NumPy's)."""
+    from adapters import liger_adapter
+
+    if not liger_adapter.INTERPRETED:
+        pytest.skip("the example is measured with the interpreter's exp2")
+    adapter, dtype = load_adapter("liger"), fmt("float32")
+    logits = np.array([[-31.239698, -50.746395, -36.141903, -4.456827, -39.593666]], dtype=np.float32)
+    c = Case({"logits": logits, "targets": np.array([0])}, {})
+    cot = np.array([1.0], dtype=np.float32)
+    with outside_hypothesis():
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+    adapter.conventions = replace(adapter.conventions, exp_via_exp2=frozenset())
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="∂L/∂logits"):
+        check_vjp(adapter, "cross_entropy", c, cot, dtype, _record("ce"))
+
+
+def test_exp_via_exp2_budget() -> None:
+    """exp(t) through exp2(t·log₂e) is charged u_work·|t| more in the exponent: e^t·u·|t| to first order."""
+    from conformance import error_model as em
+
+    t = em.exact(np.array([-60.0, -1.0, 0.0]))
+    plain = em.exp(em.Rounding(2.0**-24, 2.0**-24), t)
+    base2 = em.exp(em.Rounding(2.0**-24, 2.0**-24, exp2=True), t)
+    np.testing.assert_allclose(base2.e - plain.e, 2.0**-24 * np.abs(t.v) * np.exp(t.v), rtol=1e-5)
