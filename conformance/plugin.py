@@ -262,6 +262,7 @@ def pytest_runtest_makereport(
             worst=rec.worst,
             **({"first_failure": rec.first_failure} if rec.first_failure is not None else {}),
             **({"extra": rec.extra} if rec.extra else {}),
+            **({"series": [s.to_json() for s in rec.series.values()]} if rec.series else {}),
         )
     if rep.failed:
         payload.update(_failure(call))
@@ -299,7 +300,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             },
         )
         r["duration_s"] += report.duration
-        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure"):
+        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure", "series"):
             if k in p:
                 r[k] = p[k]
         if report.skipped:
