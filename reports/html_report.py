@@ -24,6 +24,7 @@ from reports.html_page import (
     page,
     safe_filename,
 )
+from reports.html_plots import precision_plots
 from reports.repro_script import repro_script
 
 NONE = "—"  # the dtype column of checks that take no dtype
@@ -155,7 +156,8 @@ def precision(report: dict[str, Any]) -> str:
         "scale (docs/tolerance.md), over all checks of the behaviour; the colour is the largest share of an "
         "element's derived error budget used: green little, yellow close to it, red over it.</p>"
         f'<table class="precision">{_header(adapters, dtypes, ["behaviour"])}<tbody>{"".join(rows)}</tbody></table>'
-        "</section>"
+        + precision_plots(report)
+        + "</section>"
     )
 
 
