@@ -150,7 +150,7 @@ def _legend(lines: Sequence[Line], references: Sequence[Reference], x0: float, w
             out.append(f'<circle cx="{x + 9:.1f}" cy="{y}" r="3" fill="{colour}"/>')
         out.append(f'<text x="{x + 22:.1f}" y="{y + 4}">{esc(name)}</text>')
         x += w + 10
-    return out, (row + 1) * 16 if entries else 0
+    return out, (row + 1) * 16 if entries else 0.0
 
 
 def plot(
@@ -183,8 +183,8 @@ def plot(
     top = 24 + legend_h + 6
     plot_h = height - top - bottom
     if plot_h < 60:
-        height += 60 - plot_h
-        plot_h = 60
+        height = round(top + bottom + 60)
+        plot_h = height - top - bottom
     x_lo, x_hi = _limits(xs, xscale)
     y_lo, y_hi = _limits(ys, yscale, [r.y for r in references])
     ax = _Axis(xscale, x_lo, x_hi, left, width - right)
