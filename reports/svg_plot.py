@@ -87,8 +87,8 @@ def _limits(values: list[float], scale: Scale, extra: Sequence[float] = ()) -> t
         return (0.0, 1.0)
     lo, hi = min(ts), max(ts)
     if scale == "linear":
-        if lo >= 0 and (hi <= 0 or lo / hi < 0.5):
-            lo = 0.0  # a non-negative quantity: from zero, unless its values are far from it
+        if lo >= 0:
+            lo = 0.0  # a non-negative quantity: from zero
         if hi - lo < 1e-12:
             lo, hi = lo - 0.5 if lo else lo, hi + (abs(hi) * 0.1 or 1.0)
         step = _nice_step(hi - lo)
@@ -206,8 +206,12 @@ def plot(
         out.append(f'<text x="{left - 5}" y="{y + 4:.1f}" text-anchor="end">{esc(yf(v))}</text>')
     for v in _ticks(x_lo, x_hi, xscale):
         x = ax.px(v)
+        label = xf(v)
+        # a label at either end is aligned to stay inside the panel
+        half = CHAR_W * len(label) / 2
+        anchor = "start" if x - half < 2 else "end" if x + half > width - 2 else "middle"
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}" stroke="#eaeef2"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 15}" text-anchor="middle">{esc(xf(v))}</text>')
+        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 15}" text-anchor="{anchor}">{esc(label)}</text>')
     out.append(
         f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{plot_h}" fill="none" stroke="#8c959f"/>'
     )

@@ -143,13 +143,14 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def write_reports(directory: Path, **kw: Any) -> list[Path]:
+def write_reports(directory: Path, perf: dict[str, Any] | None = None, **kw: Any) -> list[Path]:
+    """Write the run's report files to ``directory``; ``perf``: a performance run for report.html to show."""
     report = _finite(build_report(**kw))
     md = render_markdown(report)
     files = {
         "report.json": json.dumps(report, indent=2, allow_nan=False, default=str) + "\n",
         "report.md": md,
-        "report.html": render_html(report),
+        "report.html": render_html(report, perf=perf),
         "junit.xml": render_junit(report),
         "badge.svg": render_badge(report),
     }
