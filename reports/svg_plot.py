@@ -130,8 +130,9 @@ def fmt_power_of_two(v: float) -> str:
     return f"2{str(round(e)).translate(SUPERSCRIPT)}" if abs(e - round(e)) < 1e-9 else fmt_number(v)
 
 
-def _legend(lines: Sequence[Line], references: Sequence[Reference], x0: float, width: float) -> tuple[list[str], float]:
-    """Legend entries laid out in rows from (x0, 0) within ``width``; the SVG and its height."""
+def _legend(lines: Sequence[Line], x0: float, width: float) -> tuple[list[str], float]:
+    """Legend entries laid out in rows from (x0, 0) within ``width`` (a name too long for it shortened, in
+    full in its tooltip); the SVG and its height."""
     out: list[str] = []
     x, row = x0, 0
     entries = [(ln.name, ln.colour, ln.dashed, ln.markers) for ln in lines if ln.name]
@@ -140,7 +141,9 @@ def _legend(lines: Sequence[Line], references: Sequence[Reference], x0: float, w
         if name in seen:
             continue
         seen.add(name)
-        w = 26 + CHAR_W * len(name)
+        fits = max(8, int((width - 26) / CHAR_W))
+        shown = name if len(name) <= fits else name[: fits - 1] + "…"
+        w = 26 + CHAR_W * len(shown)
         if x + w > x0 + width and x > x0:
             x, row = x0, row + 1
         y = 8 + row * 16
@@ -148,7 +151,8 @@ def _legend(lines: Sequence[Line], references: Sequence[Reference], x0: float, w
         out.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x + 18:.1f}" y2="{y}" stroke="{colour}" stroke-width="2"{dash}/>')
         if markers:
             out.append(f'<circle cx="{x + 9:.1f}" cy="{y}" r="3" fill="{colour}"/>')
-        out.append(f'<text x="{x + 22:.1f}" y="{y + 4}">{esc(name)}</text>')
+        tip = f"<title>{esc(name)}</title>" if shown != name else ""
+        out.append(f'<text x="{x + 22:.1f}" y="{y + 4}">{esc(shown)}{tip}</text>')
         x += w + 10
     return out, (row + 1) * 16 if entries else 0.0
 
@@ -179,7 +183,7 @@ def plot(
     if yscale in ("log", "log2") and y_floor > 0:
         ys = [max(y, y_floor) for y in ys]
     left, right, bottom = 58, 14, 42
-    legend, legend_h = _legend(lines, references, left, width - left - right)
+    legend, legend_h = _legend(lines, left, width - left - right)
     top = 24 + legend_h + 6
     plot_h = height - top - bottom
     if plot_h < 60:
