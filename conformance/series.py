@@ -90,16 +90,24 @@ class Series:
     buckets: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def add(self, keys: np.ndarray, ulps: np.ndarray, budget_ulps: np.ndarray) -> None:
-        keys = np.broadcast_to(keys, ulps.shape)
-        flat_k, flat_u, flat_b = keys.ravel(), ulps.ravel(), budget_ulps.ravel()
-        for k in np.unique(flat_k):
-            sel = flat_k == k
-            u = flat_u[sel]
-            i = int(np.argmax(u))
-            worst, budget = float(u[i]), float(flat_b[sel][i])
-            old = self.buckets.get(int(k))
+        """Fold in one output's errors and budgets (in ulps); ``keys`` broadcasts to their shape."""
+        if ulps.size == 0:
+            return
+        keys = np.asarray(keys).reshape((1,) * (ulps.ndim - np.ndim(keys)) + np.shape(keys))
+        # the axes the key does not vary along are reduced first: one argmax per key element
+        spread = [i for i in range(ulps.ndim) if keys.shape[i] == 1]
+        kept = [i for i in range(ulps.ndim) if keys.shape[i] != 1]
+        order = kept + spread
+        n = math.prod(ulps.shape[i] for i in kept)
+        u = np.transpose(ulps, order).reshape(n, -1)
+        b = np.transpose(np.broadcast_to(budget_ulps, ulps.shape), order).reshape(n, -1)
+        k = np.transpose(keys, order).reshape(n)
+        at = np.argmax(u, axis=1)
+        rows = np.arange(n)
+        for key, worst, budget in zip(k.tolist(), u[rows, at].tolist(), b[rows, at].tolist(), strict=True):
+            old = self.buckets.get(key)
             if old is None or worst > old[0]:
-                self.buckets[int(k)] = (worst, budget)
+                self.buckets[key] = (worst, budget)
 
     def to_json(self) -> dict[str, Any]:
         """``points``: [lo, hi, worst error, its budget] per bucket in increasing order, ulps to 4 digits."""
