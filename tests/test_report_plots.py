@@ -181,3 +181,14 @@ def test_dashboard_with_perf_json(precision_run: Run, tmp_path: Path) -> None:
     assert not runs and not errors and len(perfs) == 1
     build_site(runs, tmp_path / "perf-only", [], perfs)
     assert (tmp_path / "perf-only" / "perf-001.html").exists()
+
+
+def test_report_json_writes_series_points_on_one_line(precision_run: Run) -> None:
+    """report.json stays small: a point (and any short list of numbers) is one line; texts are untouched."""
+    from reports.writer import to_json
+
+    text = (precision_run.report_dir / "report.json").read_text()
+    assert re.search(r'"points": \[\n +\[[-\d.e]+, [-\d.e]+, [-\d.e]+, [-\d.e]+\],\n', text)
+    doc = {"m": "got [ 1,  2 ] and [1,\n 2]", "v": [1, "inf", None], "long": list(range(9))}
+    out = to_json(doc)
+    assert json.loads(out) == doc and '"v": [1, "inf", null]' in out and '"long": [\n' in out
