@@ -130,6 +130,12 @@ def fmt_power_of_two(v: float) -> str:
     return f"2{str(round(e)).translate(SUPERSCRIPT)}" if abs(e - round(e)) < 1e-9 else fmt_number(v)
 
 
+def _fit(text: str, width: float, scale: float = 1.0) -> str:
+    """``text`` shortened with an ellipsis to about ``width`` pixels (the full text stays in the SVG's title)."""
+    fits = max(8, int(width / (CHAR_W * scale)))
+    return text if len(text) <= fits else text[: fits - 1] + "…"
+
+
 def _legend(lines: Sequence[Line], x0: float, width: float) -> tuple[list[str], float]:
     """Legend entries laid out in rows from (x0, 0) within ``width`` (a name too long for it shortened, in
     full in its tooltip); the SVG and its height."""
@@ -141,8 +147,7 @@ def _legend(lines: Sequence[Line], x0: float, width: float) -> tuple[list[str], 
         if name in seen:
             continue
         seen.add(name)
-        fits = max(8, int((width - 26) / CHAR_W))
-        shown = name if len(name) <= fits else name[: fits - 1] + "…"
+        shown = _fit(name, width - 26)
         w = 26 + CHAR_W * len(shown)
         if x + w > x0 + width and x > x0:
             x, row = x0, row + 1
@@ -201,7 +206,7 @@ def plot(
         'font-size="11">',
         f"<title>{esc(title)}</title>",
         f'<rect width="{width}" height="{height}" fill="#fff"/>',
-        f'<text class="title" x="{left}" y="15" font-weight="bold">{esc(title)}</text>',
+        f'<text class="title" x="8" y="15" font-weight="bold">{esc(_fit(title, width - 16, 1.1))}</text>',
         f'<g transform="translate(0,{24})">{"".join(legend)}</g>',
     ]
     for v in _ticks(y_lo, y_hi, yscale):
