@@ -171,7 +171,8 @@ def bench_conformance(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Merge report.json files into a static site: ``nox -s report -- out1/report.json out2/report.json``
-    (``-o DIR`` for another directory than reports/site/)."""
+    (``-o DIR`` for another directory than reports/site/); perf.json files of ``nox -s bench`` given too get
+    a performance page each."""
     if not session.posargs:
         session.error("give the report.json files to merge: nox -s report -- REPORT.json ...")
     install(session)

@@ -20,6 +20,7 @@ from adapters.contract import OPS, Adapter
 from conformance import budgets, oracle, repro
 from conformance.dtypes import Format, dtype_name
 from conformance.error_model import Tracked, allowed_error
+from conformance.series import Along, Series
 from conformance.strategies import Case
 
 
@@ -46,6 +47,8 @@ class Record:
     calls: int = field(default=0, init=False)
     #: the 1-based index of the example that first failed: how many examples it took to find a failure
     first_failure: int | None = field(default=None, init=False)
+    #: the worst error per bucket of an input coordinate, by output (conformance/series.py)
+    series: dict[str, Series] = field(default_factory=dict, init=False)
 
     def __repr__(self) -> str:
         return f"Record({self.check_id!r})"
@@ -55,6 +58,12 @@ class Record:
             self.budget_used, self.worst = budget_used, where
         if self.max_ulp is None or max_ulp > self.max_ulp:
             self.max_ulp = max_ulp
+
+    def observe_along(self, along: Along, what: str, ulps: np.ndarray, budget_ulps: np.ndarray) -> None:
+        s = self.series.get(what)
+        if s is None:
+            s = self.series[what] = Series(along.coordinate, what)
+        s.add(along.keys, ulps, budget_ulps)
 
 
 def describe_call(
@@ -114,9 +123,17 @@ def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: 
 
 
 def compare(
-    got: np.ndarray, expected: np.ndarray, budget: Tracked, dtype: Format, what: str, call: str, record: Record
+    got: np.ndarray,
+    expected: np.ndarray,
+    budget: Tracked,
+    dtype: Format,
+    what: str,
+    call: str,
+    record: Record,
+    along: Along | None = None,
 ) -> None:
-    """Fail unless every element is within its error budget of the oracle; record the worst ulp error."""
+    """Fail unless every element is within its error budget of the oracle; record the worst ulp error (and,
+    with ``along``, the worst per bucket of that coordinate)."""
     g = got.astype(np.float64)
     exp = np.asarray(expected, dtype=np.float64)
     allowed = allowed_error(budget, dtype)
@@ -151,6 +168,8 @@ def compare(
     ulps = err / ulp
     where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
     record.observe(float(ulps.max()), float(used.max()), where)
+    if along is not None:
+        record.observe_along(along, what, ulps, allowed / ulp)
     target(float(used.max()), label=f"{what} error / budget")
     if used.max() > 1.0:
         raise CheckFailure(
@@ -183,8 +202,11 @@ def call_op(
     return out
 
 
-def check_forward(adapter: Adapter, op: str, case: Case, dtype: Format, record: Record) -> np.ndarray:
-    """The candidate's forward output agrees with the oracle within its declared rounding budget."""
+def check_forward(
+    adapter: Adapter, op: str, case: Case, dtype: Format, record: Record, along: Along | None = None
+) -> np.ndarray:
+    """The candidate's forward output agrees with the oracle within its declared rounding budget. ``along``:
+    also keep the worst error per bucket of that coordinate (the report's precision plots)."""
     call = describe_call(adapter, op, case.inputs, case.params)
     values = case.values()
     expected = oracle.forward(op, values, case.params, adapter.conventions, dtype)
@@ -194,15 +216,24 @@ def check_forward(adapter: Adapter, op: str, case: Case, dtype: Format, record: 
         got = _validate(got, expected.shape, dtype, f"{op} output", call)
         record.examples += 1
         budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
-        compare(got, expected, budget, dtype, f"{op} output", call, record)
+        compare(got, expected, budget, dtype, f"{op} output", call, record, along)
     except CheckFailure:
         repro.store(record, op, dtype.name, [repro.call("forward", case.inputs, case.params, expected, got)])
         raise
     return got
 
 
-def check_vjp(adapter: Adapter, op: str, case: Case, cot: np.ndarray, dtype: Format, record: Record) -> None:
-    """Every gradient the candidate returns agrees with the oracle's VJP within its budget."""
+def check_vjp(
+    adapter: Adapter,
+    op: str,
+    case: Case,
+    cot: np.ndarray,
+    dtype: Format,
+    record: Record,
+    along: Mapping[str, Along] | None = None,
+) -> None:
+    """Every gradient the candidate returns agrees with the oracle's VJP within its budget. ``along``: for
+    the gradients it names, also keep the worst error per bucket of that coordinate."""
     call = describe_call(adapter, op, case.inputs, case.params, kind="vjp")
     values = case.values()
     g = cot.astype(np.float64)
@@ -221,7 +252,7 @@ def check_vjp(adapter: Adapter, op: str, case: Case, cot: np.ndarray, dtype: For
         budget = budgets.VJP[op](values, case.params, adapter.conventions, dtype, g)
         for name in OPS[op].inputs:
             grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
-            compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record)
+            compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record, (along or {}).get(name))
     except CheckFailure:
         repro.store(record, op, dtype.name, [repro.call("vjp", case.inputs, case.params, expected, got, cot)])
         raise

@@ -75,6 +75,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the checks of this behaviour (repeatable, comma-separated; e.g. rope, z_loss)",
     )
     group.addoption(
+        "--perf-json",
+        default=None,
+        metavar="PATH",
+        help="a performance run (perf.json of nox -s bench) to show in report.html (default: REPORT_DIR/bench/"
+        "perf.json when it exists); never part of the verdict",
+    )
+    group.addoption(
         "--report-dir",
         default="reports/out",
         metavar="DIR",
@@ -116,6 +123,26 @@ def pytest_configure(config: pytest.Config) -> None:
             probe.unlink()
         except OSError as exc:
             raise pytest.UsageError(f"cannot write the report to {str(report_dir)!r}: {exc.strerror or exc}") from None
+        config.stash[PERF_KEY] = _perf_run(config.getoption("perf_json"), report_dir)
+
+
+PERF_KEY = pytest.StashKey[tuple[dict[str, Any] | None, str]]()  # (performance run, a note on it)
+
+
+def _perf_run(option: str | None, report_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The performance run report.html shows: ``--perf-json`` (a usage error if unreadable), else the
+    ``bench/perf.json`` of the report directory if there is one (passed over, with a note, if unreadable)."""
+    from reports import perf_run
+
+    path = Path(option) if option else report_dir / "bench" / "perf.json"
+    if not option and not path.is_file():
+        return None, ""
+    try:
+        return perf_run.load(path), f"performance run shown: {path}"
+    except perf_run.PerfRunError as exc:
+        if option:
+            raise pytest.UsageError(f"--perf-json: {exc}") from None
+        return None, f"performance run not shown: {exc}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -262,6 +289,7 @@ def pytest_runtest_makereport(
             worst=rec.worst,
             **({"first_failure": rec.first_failure} if rec.first_failure is not None else {}),
             **({"extra": rec.extra} if rec.extra else {}),
+            **({"series": [s.to_json() for s in rec.series.values()]} if rec.series else {}),
         )
     if rep.failed:
         payload.update(_failure(call))
@@ -299,7 +327,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             },
         )
         r["duration_s"] += report.duration
-        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure"):
+        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure", "series"):
             if k in p:
                 r[k] = p[k]
         if report.skipped:
@@ -338,6 +366,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         seed=config.getoption("hypothesis_seed", None),
         started=config.stash[STARTED_KEY],
         exitstatus=int(exitstatus),
+        perf=config.stash.get(PERF_KEY, (None, ""))[0],
     )
     config.stash[REPORT_PATHS_KEY] = paths
 
@@ -351,3 +380,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_sep("-", "conformance report")
         for p in paths:
             terminalreporter.write_line(f"  {p}")
+        note = config.stash.get(PERF_KEY, (None, ""))[1]
+        if note:
+            terminalreporter.write_line(f"  ({note})")

@@ -12,6 +12,7 @@ from conformance.checks import CheckFailure, Record, check_forward, check_vjp
 from conformance.dtypes import Format
 from conformance.plugin import check
 from conformance.properties import check_invariance, run
+from conformance.series import Along
 
 CITE = "seed-000 §Normalization: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β; seed-002 §3.2.1: σ² = (1/d) Σ (x_j − μ)²"
 
@@ -19,7 +20,8 @@ CITE = "seed-000 §Normalization: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β;
 @check("layer_norm/forward", "layer_norm", "agrees with the oracle", CITE, op="layer_norm")
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "layer_norm", data.draw(cst.norm_case(dtype, with_bias=True), label="case"), dtype, record)
+    case = data.draw(cst.norm_case(dtype, with_bias=True), label="case")
+    check_forward(adapter, "layer_norm", case, dtype, record, Along.row_rms(case.inputs["x"]))
 
 
 @check("layer_norm/gradient", "layer_norm", "VJP agrees with the oracle", CITE, op="layer_norm", grad=True)

@@ -12,6 +12,7 @@ from conformance.checks import Record, check_forward, check_vjp
 from conformance.dtypes import Format
 from conformance.plugin import check
 from conformance.properties import check_invariance
+from conformance.series import Along
 
 CITE = "seed-000 §Normalization: RMSNorm(x) = γ ⊙ x / √(mean(x²) + ε); seed-002 §3.2.1"
 
@@ -19,7 +20,8 @@ CITE = "seed-000 §Normalization: RMSNorm(x) = γ ⊙ x / √(mean(x²) + ε); s
 @check("rms_norm/forward", "rms_norm", "agrees with the oracle", CITE, op="rms_norm")
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "rms_norm", data.draw(cst.norm_case(dtype, with_bias=False), label="case"), dtype, record)
+    case = data.draw(cst.norm_case(dtype, with_bias=False), label="case")
+    check_forward(adapter, "rms_norm", case, dtype, record, Along.row_rms(case.inputs["x"]))
 
 
 @check("rms_norm/gradient", "rms_norm", "VJP agrees with the oracle", CITE, op="rms_norm", grad=True)

@@ -14,6 +14,7 @@ from conformance.checks import CheckFailure, Record, check_forward, check_vjp
 from conformance.dtypes import Format
 from conformance.plugin import check
 from conformance.properties import run
+from conformance.series import Along
 from conformance.strategies import Case
 from reference.rope import rope_pair_indices
 
@@ -24,7 +25,8 @@ RELATIVE = "seed-000 §RoPE: ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ — the s
 @check("rope/forward", "rope", "agrees with the oracle in the declared pair layout", CITE, op="rope")
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "rope", data.draw(cst.rope_case(dtype), label="case"), dtype, record)
+    case = data.draw(cst.rope_case(dtype), label="case")
+    check_forward(adapter, "rope", case, dtype, record, Along.positions(case.inputs["positions"]))
 
 
 @check("rope/gradient", "rope", "VJP agrees with the oracle (the transposed rotation)", CITE, op="rope", grad=True)
@@ -32,7 +34,7 @@ def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataO
 def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(cst.rope_case(dtype), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
-    check_vjp(adapter, "rope", case, cot, dtype, record)
+    check_vjp(adapter, "rope", case, cot, dtype, record, {"x": Along.positions(case.inputs["positions"])})
 
 
 def _scores(

@@ -3,6 +3,8 @@
 The site (default ``reports/site/``) holds ``index.html`` — the runs, a comparison matrix (checks ×
 adapters, one column per adapter and environment, from its latest run) and the history of each adapter
 (passed checks and worst ulp error over runs, as inline SVG) — and one page per run (its report.html).
+perf.json files of performance runs (``nox -s bench``) given among the files get a section of the index
+and a page each with their tables and plots (reports/html_perf.py).
 A file that is not a report this suite reads (malformed JSON, foreign JSON, another schema version) gets
 one line on stderr naming it; the others are still merged. Exit status: 0 all merged, 1 some files
 rejected (the site is built from the rest), 2 nothing to build from.
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reports import perf_run
 from reports.badge import colour, level
 from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, legend, page
+from reports.html_perf import adapters_of, perf_page
 from reports.html_report import render_html
 from reports.schema import problem, validate
 from reports.writer import atomic_write
@@ -54,8 +58,10 @@ def _reject_reason(doc: Any) -> str | None:
     return None
 
 
-def load(paths: list[str]) -> tuple[list[Run], list[str]]:
-    """The reports that can be merged, in time order, and one error line per file that cannot."""
+def load(paths: list[str], perf: list[dict[str, Any]] | None = None) -> tuple[list[Run], list[str]]:
+    """The reports that can be merged, in time order, and one error line per file that cannot. With
+    ``perf``, the performance runs among the files (perf.json) go there, in time order, instead of being
+    rejected."""
     runs, errors = [], []
     for p in paths:
         try:
@@ -65,6 +71,18 @@ def load(paths: list[str]) -> tuple[list[Run], list[str]]:
             continue
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             errors.append(f"{p}: not JSON: {str(exc).splitlines()[0]}")
+            continue
+        if perf is not None and perf_run.is_perf(doc):
+            why = perf_run.problem(doc)
+            if why is None:
+                try:
+                    perf_page(doc)
+                except Exception as exc:  # noqa: BLE001 - one bad file must not stop the others
+                    why = f"cannot be shown: {type(exc).__name__}: {exc}"
+            if why is not None:
+                errors.append(f"{p}: {why}")
+            else:
+                perf.append(dict(doc, source=p))
             continue
         reason = _reject_reason(doc)
         if reason is None:
@@ -77,6 +95,8 @@ def load(paths: list[str]) -> tuple[list[Run], list[str]]:
             continue
         runs.append(Run(p, doc))
     runs.sort(key=lambda r: r.created)
+    if perf is not None:
+        perf.sort(key=lambda d: str(d.get("created", "")))
     return runs, errors
 
 
@@ -233,8 +253,31 @@ def runs_table(runs: list[Run]) -> str:
     )
 
 
-def build_site(runs: list[Run], out: Path, errors: list[str] | None = None) -> list[Path]:
-    """Write index.html and one page per run under ``out``; return the files written."""
+def performance(perfs: list[dict[str, Any]], pages: list[str]) -> str:
+    rows = []
+    for doc, link in reversed(list(zip(perfs, pages, strict=True))):
+        results = [r for r in doc.get("results") or [] if isinstance(r, dict)]
+        behaviours = ", ".join(dict.fromkeys(str(r["behaviour"]) for r in results))
+        rows.append(
+            f'<tr><td><a href="{esc(link)}">{esc(doc.get("created", "?"))}</a></td>'
+            f"<td>{esc(', '.join(adapters_of(results)))}</td><td>{esc(doc.get('device', '?'))}</td>"
+            f"<td>{esc(doc.get('mode', '?'))}</td><td>{esc(behaviours)}</td><td>{len(results)}</td>"
+            f"<td><code>{esc(doc.get('source', ''))}</code></td></tr>"
+        )
+    return (
+        '<section id="performance"><h2>Performance</h2><p class="muted">The performance runs given (perf.json of '
+        "<code>nox -s bench</code>), newest first; each page has the tables and plots per behaviour. A "
+        "benchmark, never part of a verdict.</p><table><thead><tr><th>created</th><th>adapters</th>"
+        "<th>device</th><th>set</th><th>behaviours</th><th>results</th><th>source</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+def build_site(
+    runs: list[Run], out: Path, errors: list[str] | None = None, perfs: list[dict[str, Any]] | None = None
+) -> list[Path]:
+    """Write index.html, one page per run and one per performance run under ``out``; return the files
+    written."""
     written = []
     for i, run in enumerate(runs):
         run.page = f"run-{i + 1:03d}.html"
@@ -242,6 +285,11 @@ def build_site(runs: list[Run], out: Path, errors: list[str] | None = None) -> l
         path = out / run.page
         atomic_write(path, render_html(run.report, back="index.html"))
         written.append(path)
+    perfs = perfs or []
+    perf_pages = [f"perf-{i + 1:03d}.html" for i in range(len(perfs))]
+    for doc, name in zip(perfs, perf_pages, strict=True):
+        atomic_write(out / name, perf_page(doc, back="index.html"))
+        written.append(out / name)
     rejected = ""
     if errors:
         rejected = (
@@ -250,11 +298,14 @@ def build_site(runs: list[Run], out: Path, errors: list[str] | None = None) -> l
             + "</ul></section>"
         )
     body = (
-        '<nav><a href="#runs">Runs</a><a href="#matrix">Comparison</a><a href="#history">History</a></nav>'
-        f"<h1>Conformance dashboard</h1><p>{len(runs)} run{'s' if len(runs) != 1 else ''} merged.</p>"
-        + runs_table(runs)
-        + comparison(runs)
-        + history(runs)
+        '<nav><a href="#runs">Runs</a><a href="#matrix">Comparison</a><a href="#history">History</a>'
+        + ('<a href="#performance">Performance</a>' if perfs else "")
+        + "</nav>"
+        f"<h1>Conformance dashboard</h1><p>{len(runs)} run{'s' if len(runs) != 1 else ''} merged"
+        + (f", {len(perfs)} performance run{'s' if len(perfs) != 1 else ''}" if perfs else "")
+        + ".</p>"
+        + (runs_table(runs) + comparison(runs) + history(runs) if runs else "")
+        + (performance(perfs, perf_pages) if perfs else "")
         + rejected
     )
     atomic_write(out / "index.html", page("Conformance dashboard", body))
@@ -264,17 +315,26 @@ def build_site(runs: list[Run], out: Path, errors: list[str] | None = None) -> l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.dashboard", description=__doc__.splitlines()[0])
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="report.json files of any runs")
+    parser.add_argument(
+        "reports",
+        nargs="+",
+        metavar="REPORT.json",
+        help="report.json files of any runs, and perf.json files of performance runs (nox -s bench)",
+    )
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT, help=f"site directory (default: {DEFAULT_OUT})")
     args = parser.parse_args(argv)
-    runs, errors = load(args.reports)
+    perfs: list[dict[str, Any]] = []
+    runs, errors = load(args.reports, perfs)
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
-    if not runs:
+    if not runs and not perfs:
         print("error: no report to build the site from", file=sys.stderr)
         return 2
-    build_site(runs, args.out, errors)
-    print(f"{args.out / 'index.html'}: {len(runs)} run{'s' if len(runs) != 1 else ''} merged")
+    build_site(runs, args.out, errors, perfs)
+    print(
+        f"{args.out / 'index.html'}: {len(runs)} run{'s' if len(runs) != 1 else ''} merged"
+        + (f", {len(perfs)} performance run{'s' if len(perfs) != 1 else ''}" if perfs else "")
+    )
     return 1 if errors else 0
 
 

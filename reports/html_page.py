@@ -54,6 +54,11 @@ pre { background: #f6f8fa; border: 1px solid var(--line); padding: .6rem; overfl
 .muted { color: #57606a; }
 code { background: #f6f8fa; padding: 0 .2rem; }
 svg text { font: 11px system-ui, sans-serif; }
+.plots { display: flex; flex-wrap: wrap; gap: .75rem; margin: .5rem 0 1rem; }
+svg.plot { border: 1px solid var(--line); background: #fff; }
+svg.plot text.title { font-weight: 600; }
+td.num { text-align: right; white-space: nowrap; }
+table.perf td small { opacity: .7; }
 """
 
 SCRIPT = """document.documentElement.setAttribute("data-js", "ready");

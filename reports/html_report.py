@@ -3,8 +3,9 @@
 Sections: the verdict and summary; the status matrix (checks grouped by behaviour × dtypes, one column
 group per adapter); the precision view (worst ulp error per behaviour and dtype, coloured by how much of
 its error budget it used); each failure with the property in words, the message, the shrunk
-counterexample and a standalone reproduction script; the checks and the seed statements they enforce;
-each adapter's declared conventions; the environment.
+counterexample and a standalone reproduction script; a performance run given with the report (perf.json,
+reports/html_perf.py); the checks and the seed statements they enforce; each adapter's declared
+conventions; the environment.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from reports.html_page import (
     page,
     safe_filename,
 )
+from reports.html_perf import perf_section
+from reports.html_plots import precision_plots
 from reports.repro_script import repro_script
 
 NONE = "—"  # the dtype column of checks that take no dtype
@@ -155,7 +158,8 @@ def precision(report: dict[str, Any]) -> str:
         "scale (docs/tolerance.md), over all checks of the behaviour; the colour is the largest share of an "
         "element's derived error budget used: green little, yellow close to it, red over it.</p>"
         f'<table class="precision">{_header(adapters, dtypes, ["behaviour"])}<tbody>{"".join(rows)}</tbody></table>'
-        "</section>"
+        + precision_plots(report)
+        + "</section>"
     )
 
 
@@ -299,13 +303,15 @@ def summary_line(report: dict[str, Any]) -> str:
     )
 
 
-def render_html(report: dict[str, Any], back: str = "") -> str:
-    """The whole page for one report; ``back``: a link target shown at the top (the dashboard's index)."""
+def render_html(report: dict[str, Any], back: str = "", perf: dict[str, Any] | None = None) -> str:
+    """The whole page for one report; ``back``: a link target shown at the top (the dashboard's index);
+    ``perf``: a performance run (perf.json, reports/perf_run.py) to show in a section of its own."""
     names = ", ".join(a["name"] for a in report["adapters"])
     nav = (
         (f'<a href="{esc(back)}">← all runs</a>' if back else "")
         + '<a href="#matrix">Matrix</a><a href="#precision">Precision</a><a href="#failures">Failures</a>'
-        '<a href="#checks">Checks</a><a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
+        + ('<a href="#performance">Performance</a>' if perf is not None else "")
+        + '<a href="#checks">Checks</a><a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
     )
     body = (
         f"<nav>{nav}</nav><h1>Conformance report: {esc(names)}</h1>"
@@ -316,6 +322,7 @@ def render_html(report: dict[str, Any], back: str = "") -> str:
         + matrix(report)
         + precision(report)
         + failures(report)
+        + (perf_section(perf) if perf is not None else "")
         + checks_table(report)
         + adapters_section(report)
         + environment_section(report)

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -143,13 +144,26 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def write_reports(directory: Path, **kw: Any) -> list[Path]:
+_NUMBER = r'(?:-?\d[\d.eE+-]*|"(?:-?inf|nan)"|null)'
+#: a list of up to 8 numbers as json.dumps indents it, one per line (a JSON string holds no raw newline, so
+#: no text inside a string matches)
+_SHORT_LIST = re.compile(rf"\[\n *({_NUMBER}(?:,\n *{_NUMBER}){{0,7}})\n *\]")
+
+
+def to_json(report: dict[str, Any]) -> str:
+    """report.json's text: indented, with short lists of numbers (shapes, series points) on one line."""
+    text = json.dumps(report, indent=2, allow_nan=False, default=str)
+    return _SHORT_LIST.sub(lambda m: "[" + re.sub(r",\n *", ", ", m.group(1)) + "]", text) + "\n"
+
+
+def write_reports(directory: Path, perf: dict[str, Any] | None = None, **kw: Any) -> list[Path]:
+    """Write the run's report files to ``directory``; ``perf``: a performance run for report.html to show."""
     report = _finite(build_report(**kw))
     md = render_markdown(report)
     files = {
-        "report.json": json.dumps(report, indent=2, allow_nan=False, default=str) + "\n",
+        "report.json": to_json(report),
         "report.md": md,
-        "report.html": render_html(report),
+        "report.html": render_html(report, perf=perf),
         "junit.xml": render_junit(report),
         "badge.svg": render_badge(report),
     }

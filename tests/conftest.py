@@ -38,3 +38,35 @@ def builtin_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return run
+
+
+#: a small real run that keeps error series: the RoPE and RMSNorm forwards of the built-in adapters
+PRECISION_ARGS = (
+    "--adapter=numpy,torch",
+    "--behaviour=rope,rms_norm",
+    "-k",
+    "test_forward",
+    "--dtype=float32",
+    "--dtype=bfloat16",
+)
+#: the name of the second adapter of the made-up performance run: markup a third party could choose
+PERF_ADAPTER = "fused<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="session")
+def precision_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The run above, with a made-up performance run (torch and a faster adapter) given by --perf-json."""
+    import json
+
+    from tests.test_perf_report import fake_run
+
+    perf = fake_run()
+    for r in perf["results"]:
+        if r["adapter"] == "fused":
+            r["adapter"] = PERF_ADAPTER
+    perf["adapters"][1]["name"] = PERF_ADAPTER
+    path = tmp_path_factory.mktemp("perf") / "perf.json"
+    path.write_text(json.dumps(perf))
+    run = run_suite(tmp_path_factory.mktemp("precision-run"), *PRECISION_ARGS, f"--perf-json={path}")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return run

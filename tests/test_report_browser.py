@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,10 +42,14 @@ def _dom(page: Path, tmp_path: Path) -> str:
     return _chromium(page, tmp_path, "--dump-dom")
 
 
-def _screenshot(page: Path, tmp_path: Path, name: str) -> Path:
+def _screenshot(page: Path, tmp_path: Path, name: str, height: int = 2000) -> Path:
+    """A screenshot in the test's tmp dir (also copied to $SCREENSHOT_DIR when that is set, to look at)."""
     shot = tmp_path / name
-    _chromium(page, tmp_path, "--window-size=1400,2000", f"--screenshot={shot}")
+    _chromium(page, tmp_path, f"--window-size=1400,{height}", f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
+    if os.environ.get("SCREENSHOT_DIR"):
+        Path(os.environ["SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(os.environ["SCREENSHOT_DIR"]) / name)
     return shot
 
 
@@ -73,3 +78,20 @@ def test_dashboard_renders(defect_run: Run, builtin_run: Run, tmp_path: Path) ->
     run_dom = _dom(tmp_path / "site" / defect_page, tmp_path)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in run_dom and "<script>alert(1)" not in run_dom
     _screenshot(tmp_path / "site" / "index.html", tmp_path, "dashboard.png")
+
+
+@pytest.mark.xdist_group("plots")
+def test_plots_render(precision_run: Run, tmp_path: Path) -> None:
+    """The precision plots and the performance section are SVG in the browser's DOM, within the first 4000
+    pixels of the page (the screenshot shows them); the perf adapter's markup stays text."""
+    from tests.conftest import PERF_ADAPTER
+
+    page = precision_run.report_dir / "report.html"
+    dom = _dom(page, tmp_path)
+    assert 'data-js="ready"' in dom and 'id="precision-plots"' in dom and 'id="performance"' in dom
+    plots = dom[dom.index('id="precision-plots"') : dom.index('id="failures"')]
+    perf = dom[dom.index('id="performance"') : dom.index('id="checks"')]
+    assert plots.count('<svg xmlns="http://www.w3.org/2000/svg" class="plot"') == 4
+    assert perf.count('<svg xmlns="http://www.w3.org/2000/svg" class="plot"') == 4
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in perf and PERF_ADAPTER not in dom
+    _screenshot(page, tmp_path, "report-plots.png", height=4000)
