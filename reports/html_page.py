@@ -130,7 +130,7 @@ def safe_filename(text: str) -> str:
 
 def kind(check: dict[str, Any]) -> str:
     """How a check is shown: its status, or ``expected_skip`` for a check an expectation file skipped."""
-    if check["status"] == "skipped" and check.get("expectation"):
+    if check["status"] == "skipped" and (check.get("expectation") or {}).get("status") == "skip":
         return "expected_skip"
     return str(check["status"])
 

@@ -14,6 +14,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
+from reports.html_page import kind
+
 # XML 1.0 has no place for most control characters; a candidate's message may hold any
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -72,7 +74,7 @@ def render_junit(report: dict[str, Any]) -> str:
                 if c.get("counterexample"):
                     detail += "\n\n" + c["counterexample"]
                 el.text = _text(detail)
-            elif c["status"] == "skipped" and c.get("expectation"):
+            elif kind(c) == "expected_skip":
                 reason = c["expectation"].get("reason", "")
                 ET.SubElement(case, "skipped", message=_text(f"skipped by expectation: {reason}"), type="expected-skip")
             elif c["status"] in ("unsupported", "skipped"):

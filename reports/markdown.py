@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from reports.html_page import kind
+
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 MARK = {
     "passed": "pass",
@@ -20,7 +22,7 @@ MEASURED = ("passed", "failed", "known_failure", "unexpectedly_passed")
 
 def _cell(c: dict[str, Any]) -> str:
     text = MARK[c["status"]]
-    if c["status"] == "skipped" and c.get("expectation"):
+    if kind(c) == "expected_skip":
         text = "skipped (expected)"
     if c["status"] in MEASURED and c.get("max_ulp") is not None:
         text += f" {c['max_ulp']:.3g}"

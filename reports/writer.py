@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.badge import render_badge
+from reports.html_page import kind
 from reports.html_report import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
@@ -70,7 +71,7 @@ def verdict(checks: Sequence[dict[str, Any]], exitstatus: int) -> str:
         return "incomplete"
     if any(c["status"] in ("failed", "error") for c in checks):
         return "non-conformant"
-    if any(c["status"] == "known_failure" or (c["status"] == "skipped" and c.get("expectation")) for c in checks):
+    if any(c["status"] == "known_failure" or kind(c) == "expected_skip" for c in checks):
         return "known-failures"  # nothing new failed; what an expectation file excuses remains
     return "conformant"
 
