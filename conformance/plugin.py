@@ -320,9 +320,14 @@ def pytest_runtest_makereport(
     return rep
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest counts the report: a known crash must not count as a failure
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+@pytest.hookimpl(wrapper=True)  # before pytest counts the report: a known crash must not count as a failure
+def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None, None]:
     """Runs in the controller (also under xdist): fold each phase's payload into one result per check."""
+    _fold(report)
+    return (yield)
+
+
+def _fold(report: pytest.TestReport) -> None:
     config = _CONFIG.get("config")
     if config is None:
         return
