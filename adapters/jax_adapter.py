@@ -144,7 +144,8 @@ class JaxAdapter:
             flush_subnormals=True,
             eps_defaults={"rms_norm": 1e-5, "layer_norm": 1e-5},
         )
-        self.capabilities = {op: Capability() for op in OPS}
+        # what it implements (operations added to the contract later are not declared until implemented)
+        self.capabilities = {op: Capability() for op in (*IMPL, "swiglu_hidden_dim")}
 
     def environment(self) -> dict[str, str]:
         import jaxlib

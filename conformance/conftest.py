@@ -2,6 +2,7 @@
 
 from conformance.plugin import (  # noqa: F401 - pytest finds hooks and fixtures by name in a conftest
     declared_support,
+    expected_skip,
     pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,

@@ -1,7 +1,8 @@
 """The pytest plugin behind ``nox -s conformance``: options, fixtures, verdicts and the report.
 
 Options (after ``--`` in nox): ``--adapter NAME|package.module:attr`` (repeatable or comma-separated;
-default: the built-in default adapters), ``--dtype`` (repeatable), ``--device``, ``--report-dir``.
+default: the built-in default adapters), ``--dtype`` (repeatable), ``--device``, ``--report-dir``,
+``--expectations FILE`` (repeatable: known failures and skipped checks, conformance/expectations.py).
 Hypothesis's own ``--hypothesis-profile`` and ``--hypothesis-seed`` apply as usual.
 """
 
@@ -20,7 +21,7 @@ from hypothesis.errors import HypothesisException
 
 from adapters.contract import Adapter
 from adapters.registry import DEFAULT, AdapterLoadError, import_path, load_adapter
-from conformance import checks, profiles
+from conformance import checks, expectations, profiles
 from conformance.checks import CheckFailure, Record
 from conformance.dtypes import TESTED_DTYPES, Format, fmt
 
@@ -31,8 +32,11 @@ SPECS_KEY = pytest.StashKey[dict[str, str]]()  # adapter name -> package.module:
 RECORD_KEY = pytest.StashKey[Record]()
 RESULTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 STARTED_KEY = pytest.StashKey[float]()
+EXPECT_KEY = pytest.StashKey[list[expectations.Entry]]()
 
 UNSUPPORTED = "unsupported: "
+EXPECTED_SKIP = "skipped by expectation: "
+KNOWN = "known failure: "
 SPEC = "spec"  # adapter column of checks that test the specification itself, not a candidate
 
 
@@ -82,6 +86,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "perf.json when it exists); never part of the verdict",
     )
     group.addoption(
+        "--expectations",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="TOML file of the candidate's known failures and skipped checks (repeatable; docs/expectations.md): "
+        "a known failure does not fail the run, a new one does",
+    )
+    group.addoption(
         "--report-dir",
         default="reports/out",
         metavar="DIR",
@@ -110,6 +122,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if dupes:
         raise pytest.UsageError(f"two adapters share the name {dupes[0]!r}; each adapter needs its own name")
     checks.CALL_TIMEOUT = float(config.getoption("example_timeout"))
+    entries: list[expectations.Entry] = []
+    for name in config.getoption("expectations"):
+        try:
+            entries += expectations.load(config.invocation_params.dir / name, name)
+        except expectations.ExpectationError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.stash[EXPECT_KEY] = entries
     config.stash[ADAPTERS_KEY] = adapters
     config.stash[SPECS_KEY] = {a.name: import_path(spec) for a, spec in zip(adapters, specs, strict=True)}
     config.stash[RESULTS_KEY] = {}
@@ -198,6 +217,27 @@ def declared_support(request: pytest.FixtureRequest) -> None:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
     if meta.get("grad") and not cap.grad:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
+
+
+def _expectation(item: pytest.Item, meta: dict[str, Any]) -> expectations.Entry | None:
+    """The expectation entry that decides this check's verdict, if any (checks of the specification itself,
+    which take no adapter, have none)."""
+    params = getattr(item, "callspec", None)
+    adapter = params.params.get("adapter") if params else None
+    if adapter is None or not meta:
+        return None
+    dtype = params.params.get("dtype") if params else None
+    entries: list[expectations.Entry] = item.config.stash[EXPECT_KEY]
+    return expectations.decide(entries, meta["id"], meta["behaviour"], adapter.name, dtype.name if dtype else None)
+
+
+@pytest.fixture(autouse=True)
+def expected_skip(request: pytest.FixtureRequest, declared_support: None) -> None:
+    """Skip, without running it, a check an expectation entry says to skip (after the support check: what
+    the adapter does not declare is reported unsupported)."""
+    entry = _expectation(request.node, _marker(request.node))
+    if entry is not None and entry.status == expectations.SKIP:
+        pytest.skip(f"{EXPECTED_SKIP}{entry.reason}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -295,12 +335,27 @@ def pytest_runtest_makereport(
         payload.update(_failure(call))
     if rep.skipped and isinstance(rep.longrepr, tuple):
         payload["message"] = str(rep.longrepr[2]).removeprefix("Skipped: ")
+    entry = _expectation(item, meta) if rep.when == "call" else None
+    if entry is not None and entry.status == expectations.FAIL:
+        # pytest's own xfail outcome, so that the exit status, the terminal and junit read it as expected
+        if rep.failed and payload.get("verdict"):
+            rep.outcome = "skipped"
+            rep.wasxfail = f"{KNOWN}{entry.reason}"
+            payload["known"] = True
+        elif rep.passed:
+            rep.wasxfail = f"expected to fail ({entry.reason}), but passed"
     rep.user_properties.append(("conformance", json.dumps(payload, default=str)))
     return rep
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+@pytest.hookimpl(wrapper=True)  # before pytest counts the report: a known crash must not count as a failure
+def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None, None]:
     """Runs in the controller (also under xdist): fold each phase's payload into one result per check."""
+    _fold(report)
+    return (yield)
+
+
+def _fold(report: pytest.TestReport) -> None:
     config = _CONFIG.get("config")
     if config is None:
         return
@@ -312,6 +367,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         r["duration_s"] += report.duration
         first = str(report.longrepr).strip().splitlines()[0] if report.longrepr else ""
         r.setdefault("message", f"the candidate ended the process running this check (crash, abort or exit): {first}")
+        expected = r.get("expectation")
+        if expected and expected["status"] == expectations.FAIL:
+            r["status"] = "known_failure"
+            report.outcome = "skipped"
+            report.wasxfail = f"{KNOWN}{expected['reason']}"  # type: ignore[attr-defined]
         return
     for key, value in report.user_properties:
         if key != "conformance":
@@ -326,14 +386,28 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 "duration_s": 0.0,
             },
         )
+        if p["adapter"] != SPEC and "expectation" not in r:
+            entries: list[expectations.Entry] = config.stash[EXPECT_KEY]
+            entry = expectations.decide(entries, p["check"], p["behaviour"], p["adapter"], p["dtype"])
+            if entry is not None:
+                r["expectation"] = entry.ref()
         r["duration_s"] += report.duration
         for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure", "series"):
             if k in p:
                 r[k] = p[k]
-        if report.skipped:
+        if p.get("known"):
+            r["status"] = "known_failure"
+            r["message"] = p.get("message", "")
+            if p.get("counterexample"):
+                r["counterexample"] = p["counterexample"]
+        elif report.skipped:
             msg = p.get("message", "")
             r["status"] = "unsupported" if msg.startswith(UNSUPPORTED) else "skipped"
-            r["message"] = msg.removeprefix(UNSUPPORTED)
+            r["message"] = msg.removeprefix(UNSUPPORTED).removeprefix(EXPECTED_SKIP)
+            if r["status"] == "unsupported":  # not the candidate's to expect anything of
+                r.pop("expectation", None)
+        elif report.passed and hasattr(report, "wasxfail") and r["status"] == "passed":
+            r["status"] = "unexpectedly_passed"
         elif report.failed:
             verdict = p.get("verdict", False) and p["phase"] == "call"
             if r["status"] != "failed":
@@ -357,9 +431,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from reports.writer import write_reports
 
+    results = list(config.stash[RESULTS_KEY].values())
+    entries = config.stash[EXPECT_KEY]
+    counts = expectations.matched_counts(entries, [r for r in results if r["adapter"] != SPEC])
+    by_ref = {(e.file, e.index): e for e in entries}
+    for r in results:
+        if r["status"] == "unexpectedly_passed":
+            ref = r["expectation"]
+            expectations.warn(
+                by_ref[(ref["file"], ref["entry"])],
+                f"{r['adapter']} {r['check']} [{r['dtype'] or '-'}] unexpectedly passed: {ref['file']} entry "
+                f"{ref['entry']} expects it to fail ({ref['reason']}); remove the entry if the defect is fixed",
+            )
+    unmatched = [e for e, n in zip(entries, counts, strict=True) if n == 0]
+    config.stash[UNMATCHED_KEY] = unmatched
+    for entry in unmatched:
+        expectations.warn(entry, f"{entry.label()} matches no check in this run")
     paths = write_reports(
         Path(config.getoption("report_dir")),
-        results=list(config.stash[RESULTS_KEY].values()),
+        results=results,
         adapters=config.stash[ADAPTERS_KEY],
         specs=config.stash[SPECS_KEY],
         profile=settings._current_profile or profiles.DEFAULT_PROFILE,
@@ -367,14 +457,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         started=config.stash[STARTED_KEY],
         exitstatus=int(exitstatus),
         perf=config.stash.get(PERF_KEY, (None, ""))[0],
+        expectations={
+            "files": list(config.getoption("expectations")),
+            "entries": [e.to_json(n) for e, n in zip(entries, counts, strict=True)],
+        },
     )
     config.stash[REPORT_PATHS_KEY] = paths
 
 
 REPORT_PATHS_KEY = pytest.StashKey[list[Path]]()
+UNMATCHED_KEY = pytest.StashKey[list[expectations.Entry]]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    results = config.stash.get(RESULTS_KEY, {}).values()
+    known = sum(r["status"] == "known_failure" for r in results)
+    surprises = [r for r in results if r["status"] == "unexpectedly_passed"]
+    if config.getoption("expectations", None) and not hasattr(config, "workerinput"):
+        terminalreporter.write_sep("-", "conformance expectations")
+        terminalreporter.write_line(f"  {known} known failure(s): not counted against the run")
+        for r in surprises:
+            terminalreporter.write_line(
+                f"  UNEXPECTEDLY PASSED: {r['adapter']} {r['check']} [{r['dtype'] or '-'}] "
+                f"({r['expectation']['file']} entry {r['expectation']['entry']})",
+                yellow=True,
+                bold=True,
+            )
+        for e in config.stash.get(UNMATCHED_KEY, []):
+            terminalreporter.write_line(f"  matches no check: {e.label()}", yellow=True)
     paths = config.stash.get(REPORT_PATHS_KEY, None)
     if paths:
         terminalreporter.write_sep("-", "conformance report")

@@ -22,15 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from reports import perf_run
-from reports.badge import colour, level
-from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, legend, page
+from reports.badge import PASSED, colour, known, level
+from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, kind, legend, page
 from reports.html_perf import adapters_of, perf_page
 from reports.html_report import render_html
 from reports.schema import problem, validate
 from reports.writer import atomic_write
 
 DEFAULT_OUT = Path("reports/site")
-WORSE = ("error", "failed", "skipped", "unsupported", "passed")  # a merged cell shows its worst status
+#: a merged cell shows its worst status (an expectation file's verdicts rank between a failure and a pass)
+WORSE = (
+    "error",
+    "failed",
+    "unexpectedly_passed",
+    "known_failure",
+    "expected_skip",
+    "skipped",
+    "unsupported",
+    "passed",
+)
 
 
 @dataclass
@@ -121,10 +131,14 @@ def _checks_of(run: Run, adapter: str, check_id: str) -> list[dict[str, Any]]:
 def _merged_cell(checks: list[dict[str, Any]], link: str) -> str:
     if not checks:
         return '<td class="cell s-none">·</td>'
-    worst = min((c["status"] for c in checks), key=WORSE.index)
+    worst = min((kind(c) for c in checks), key=WORSE.index)
     declared = [c for c in checks if c["status"] != "unsupported"]
-    passed = sum(c["status"] == "passed" for c in declared)
-    tip = "; ".join(f"{c['dtype'] or '—'}: {STATUS_WORD[c['status']]}" for c in checks)
+    passed = sum(c["status"] in PASSED for c in declared)
+    tip = "; ".join(
+        f"{c['dtype'] or '—'}: {STATUS_WORD[kind(c)]}"
+        + (f" ({c['expectation']['reason']})" if c.get("expectation") else "")
+        for c in checks
+    )
     text = f"{STATUS_MARK[worst]} {passed}/{len(declared)}" if declared else f"{STATUS_MARK[worst]}"
     return f'<td class="cell s-{worst}" title="{esc(tip)}"><a href="{esc(link)}">{esc(text)}</a></td>'
 
@@ -156,7 +170,9 @@ def comparison(runs: list[Run]) -> str:
     return (
         '<section id="matrix"><h2>Comparison</h2>'
         '<p class="muted">One column per adapter and environment (library versions, device, machine), from its '
-        "latest run; a cell merges the check's dtypes: its worst status and passed / declared.</p>"
+        "latest run; a cell merges the check's dtypes: its worst status and passed / declared. A known failure "
+        "or a check skipped by an expectation file ranks between a failure and a pass; the tooltip gives the "
+        "reason.</p>"
         + legend()
         + f'<table class="matrix"><thead><tr><th>behaviour</th><th>check</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></section>"
@@ -214,7 +230,7 @@ def history(runs: list[Run]) -> str:
     for run in runs:
         for name in _adapters(run):
             checks = [c for c in run.report["checks"] if c["adapter"] == name]
-            passed = sum(c["status"] == "passed" for c in checks)
+            passed = sum(c["status"] in PASSED for c in checks)
             ulps = [u for u in (_num(c.get("max_ulp")) for c in checks) if u is not None]
             series[name].append((run.created, float(passed), max(ulps) if ulps else None))
     out = [
@@ -242,7 +258,9 @@ def runs_table(runs: list[Run]) -> str:
             f'<tr><td><a href="{esc(run.page)}">{esc(run.created)}</a></td>'
             f"<td>{esc(', '.join(_adapters(run)))}</td>"
             f'<td><span class="verdict v-{esc(r["verdict"])}">{esc(r["verdict"])}</span></td>'
-            f'<td style="color:{colour(r)};font-weight:700">{passed}/{total}</td>'
+            f'<td style="color:{colour(r)};font-weight:700">{passed}/{total}'
+            + (f'<small class="muted"><br>{known(r)} known</small>' if known(r) else "")
+            + "</td>"
             f"<td>{esc(r['hypothesis'].get('profile'))}</td><td>{esc(r['environment'].get('platform', ''))}</td>"
             f"<td><code>{esc(run.source)}</code></td></tr>"
         )

@@ -16,8 +16,26 @@ from typing import Any
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
-STATUS_MARK = {"passed": "✓", "failed": "✗", "error": "!", "unsupported": "–", "skipped": "○"}
-STATUS_WORD = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "unsupported": "unsupported", "skipped": "skipped"}
+STATUS_MARK = {
+    "passed": "✓",
+    "failed": "✗",
+    "error": "!",
+    "unsupported": "–",
+    "skipped": "○",
+    "known_failure": "✗",
+    "unexpectedly_passed": "✓",
+    "expected_skip": "⊘",
+}
+STATUS_WORD = {
+    "passed": "pass",
+    "failed": "FAIL",
+    "error": "ERROR",
+    "unsupported": "unsupported",
+    "skipped": "skipped",
+    "known_failure": "known failure",
+    "unexpectedly_passed": "unexpectedly passed",
+    "expected_skip": "skipped (expected)",
+}
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 
 CSS = """
@@ -39,16 +57,23 @@ td.cell small { display: block; font-size: .75rem; opacity: .8; }
 .s-error { background: var(--err-bg); color: var(--err); font-weight: 700; }
 .s-unsupported { background: var(--uns-bg); color: var(--uns); }
 .s-skipped { background: var(--skip-bg); color: var(--skip); }
+.s-known_failure { background: repeating-linear-gradient(135deg, #fff1c2 0 6px, #fde68a 6px 12px); color: #7c4a03; }
+.s-unexpectedly_passed { background: #ddf4ff; color: #0550ae; font-weight: 700; outline: 2px dashed #0969da;
+  outline-offset: -3px; }
+.s-expected_skip { background: repeating-linear-gradient(135deg, #f6f8fa 0 6px, #e6e9ec 6px 12px); color: #57606a; }
 .s-none { background: #fff; color: #8c959f; }
 .verdict { display: inline-block; padding: .2rem .7rem; border-radius: 1rem; font-weight: 700; }
 .v-conformant { background: var(--pass-bg); color: var(--pass); }
 .v-non-conformant { background: var(--fail-bg); color: var(--fail); }
 .v-incomplete { background: var(--err-bg); color: var(--err); }
+.v-known-failures { background: #fff1c2; color: #7c4a03; }
+.notice { border: 2px solid #0969da; background: #ddf4ff; padding: .4rem 1rem; margin: 1rem 0; }
 pre { background: #f6f8fa; border: 1px solid var(--line); padding: .6rem; overflow-x: auto; white-space: pre-wrap;
   word-break: break-word; max-height: 32rem; }
 .failure { border: 1px solid var(--line); border-left: 4px solid var(--fail); padding: .2rem 1rem .8rem;
   margin: 1rem 0; }
 .failure.error { border-left-color: var(--err); }
+.failure.known { border-left-color: #d4a72c; }
 .actions button, .actions a { font: inherit; margin-right: .6rem; }
 .legend span { display: inline-block; padding: 0 .5rem; margin-right: .3rem; border-radius: .2rem; }
 .muted { color: #57606a; }
@@ -106,6 +131,13 @@ def data_url(text: str, mime: str = "text/x-python") -> str:
 
 def safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "file"
+
+
+def kind(check: dict[str, Any]) -> str:
+    """How a check is shown: its status, or ``expected_skip`` for a check an expectation file skipped."""
+    if check["status"] == "skipped" and (check.get("expectation") or {}).get("status") == "skip":
+        return "expected_skip"
+    return str(check["status"])
 
 
 def legend() -> str:

@@ -21,6 +21,7 @@ from reports.html_page import (
     data_url,
     esc,
     fmt_ulp,
+    kind,
     legend,
     page,
     safe_filename,
@@ -48,24 +49,37 @@ def _num(v: Any) -> float | None:
         return None
 
 
+FAILURES = ("failed", "error", "known_failure")
+
+
 def _failure_ids(checks: list[dict[str, Any]]) -> dict[int, str]:
-    return {id(c): f"f{i}" for i, c in enumerate(c for c in checks if c["status"] in ("failed", "error"))}
+    return {id(c): f"f{i}" for i, c in enumerate(c for c in checks if c["status"] in FAILURES)}
+
+
+def _expected(c: dict[str, Any]) -> str:
+    """The expectation entry that decided a check, in words, or ''."""
+    e = c.get("expectation")
+    return f"{e['file']} entry {e['entry']} ({e['status']}): {e['reason']}" if e else ""
 
 
 def _cell(c: dict[str, Any] | None, anchors: dict[int, str]) -> str:
     if c is None:
         return '<td class="cell s-none" title="not run">·</td>'
-    status = c["status"]
-    tip = f"{c['adapter']} · {c['check']} · {c['dtype'] or NONE}: {STATUS_WORD[status]}"
+    status, k = c["status"], kind(c)
+    tip = f"{c['adapter']} · {c['check']} · {c['dtype'] or NONE}: {STATUS_WORD[k]}"
     ulp = fmt_ulp(c.get("max_ulp"))
     if ulp:
         tip += f"; worst {ulp} ulp"
-    if c.get("message"):
+    if _expected(c):
+        tip += f"\nexpected by {_expected(c)}"
+    if c.get("message") and k != "expected_skip":
         tip += f"\n{c['message'].splitlines()[0][:300]}"
-    inner = f"{STATUS_MARK[status]} {STATUS_WORD[status]}" + (f"<small>{esc(ulp)} ulp</small>" if ulp else "")
+    inner = f"{STATUS_MARK[k]} {STATUS_WORD[k]}" + (f"<small>{esc(ulp)} ulp</small>" if ulp else "")
+    if c.get("expectation"):
+        inner += f'<small class="reason">{esc(c["expectation"]["reason"][:80])}</small>'
     if id(c) in anchors:
         inner = f'<a href="#{anchors[id(c)]}">{inner}</a>'
-    return f'<td class="cell s-{status}" title="{esc(tip)}" data-status="{status}">{inner}</td>'
+    return f'<td class="cell s-{k}" title="{esc(tip)}" data-status="{status}">{inner}</td>'
 
 
 def _header(adapters: list[str], dtypes: dict[str, list[str]], first: list[str]) -> str:
@@ -101,7 +115,8 @@ def matrix(report: dict[str, Any]) -> str:
         '<p class="muted">One row per check, grouped by behaviour; one column per dtype'
         + (", grouped by adapter" if len(adapters) > 1 else "")
         + ". A cell shows the status and the worst error seen, in ulps of the dtype against the float64 oracle; "
-        "a failed cell links to its failure.</p>"
+        "a failed cell links to its failure. Cells an expectation file decided (docs/expectations.md) show "
+        "its reason.</p>"
         + legend()
         + f'<table class="matrix">{_header(adapters, dtypes, ["behaviour", "check"])}<tbody>{"".join(rows)}'
         + "</tbody></table></section>"
@@ -184,27 +199,37 @@ def _repro_block(c: dict[str, Any], anchor: str) -> str:
     )
 
 
-def failures(report: dict[str, Any]) -> str:
+def failures(report: dict[str, Any], known: bool = False) -> str:
+    """The failures section (new failures and errors), or with ``known`` the known failures section."""
     checks = report["checks"]
     anchors = _failure_ids(checks)
-    bad = [c for c in checks if id(c) in anchors]
+    bad = [c for c in checks if id(c) in anchors and (c["status"] == "known_failure") == known]
+    section, title = ("known-failures", "Known failures") if known else ("failures", "Failures")
     if not bad:
-        return '<section id="failures"><h2>Failures</h2><p>None: every check that ran passed.</p></section>'
-    out = ['<section id="failures"><h2>Failures</h2>']
+        if known:
+            return ""
+        return f'<section id="{section}"><h2>{title}</h2><p>None: every check that ran passed.</p></section>'
+    out = [f'<section id="{section}"><h2>{title}</h2>']
+    if known:
+        out.append(
+            '<p class="muted">Failures an expectation file lists (docs/expectations.md): they do not fail the run, '
+            "and are kept here in full.</p>"
+        )
     for c in bad:
         a = anchors[id(c)]
-        kind = "failed" if c["status"] == "failed" else "error"
+        style = {"failed": "failed", "error": "error", "known_failure": "failed known"}[c["status"]]
         lead = (
-            "The candidate broke the property"
-            if kind == "failed"
-            else "The check could not run (an error of the suite or its environment, not a verdict)"
+            "The check could not run (an error of the suite or its environment, not a verdict)"
+            if c["status"] == "error"
+            else "The candidate broke the property"
         )
         out.append(
-            f'<article class="failure {kind}" id="{a}">'
+            f'<article class="failure {style}" id="{a}">'
             f"<h3>{esc(c['adapter'])} · <code>{esc(c['check'])}</code> · {esc(c['dtype'] or NONE)} — "
             f"{STATUS_WORD[c['status']]}</h3>"
             f"<p>{lead}: <strong>{esc(c['property'])}</strong>.</p>"
-            f'<p class="muted">Seed statement: {esc(c["cites"])}</p>'
+            + (f'<p class="reason">Expected by {esc(_expected(c))}</p>' if c.get("expectation") else "")
+            + f'<p class="muted">Seed statement: {esc(c["cites"])}</p>'
             f'<pre class="message">{esc(c.get("message", ""))}</pre>'
         )
         if c.get("counterexample"):
@@ -215,6 +240,53 @@ def failures(report: dict[str, Any]) -> str:
         out.append(_repro_block(c, a) + "</article>")
     out.append("</section>")
     return "".join(out)
+
+
+def unexpected_passes(report: dict[str, Any]) -> str:
+    """A notice at the top of the page: known failures that passed, whose entries may be stale."""
+    passed = [c for c in report["checks"] if c["status"] == "unexpectedly_passed"]
+    if not passed:
+        return ""
+    items = "".join(
+        f"<li>{esc(c['adapter'])} · <code>{esc(c['check'])}</code> · {esc(c['dtype'] or NONE)} — expected by "
+        f"{esc(_expected(c))}</li>"
+        for c in passed
+    )
+    return (
+        f'<div class="notice" id="unexpected"><strong>{len(passed)} check{"s" if len(passed) != 1 else ""} '
+        "unexpectedly passed</strong> (a warning, not a failure): an expectation file lists "
+        f"{'them' if len(passed) != 1 else 'it'} as a known failure. If the defect is fixed, remove the entry."
+        f"<ul>{items}</ul></div>"
+    )
+
+
+def expectations_section(report: dict[str, Any]) -> str:
+    """The expectation files of the run: each entry, its reason and how many checks it matched."""
+    exp = report.get("expectations") or {}
+    entries = exp.get("entries") or []
+    if not entries:
+        return ""
+    rows = "".join(
+        ('<tr class="unmatched">' if e["matched"] == 0 else "<tr>") + f"<td><code>{esc(e['file'])}</code></td>"
+        f"<td>{esc(e['entry'])}</td><td><code>{esc(e['check'])}</code></td>"
+        f"<td>{esc(', '.join(e['dtype']) if e['dtype'] else 'every')}</td><td>{esc(e['adapter'] or 'every')}</td>"
+        f"<td>{esc(e['status'])}</td><td>{esc(e['reason'])}</td>"
+        f"<td>{esc(e['matched']) if e['matched'] else '<strong>none</strong>'}</td></tr>"
+        for e in entries
+    )
+    unmatched = sum(e["matched"] == 0 for e in entries)
+    return (
+        '<section id="expectations"><h2>Expectations</h2>'
+        '<p class="muted">Entries of the expectation files (docs/expectations.md): "fail" — a known failure, which '
+        'does not fail the run; "skip" — the check is not run. Matched: the checks of this run the entry covers.'
+        + (
+            f" <strong>{unmatched} entr{'ies' if unmatched != 1 else 'y'} matched no check in this run</strong>."
+            if unmatched
+            else ""
+        )
+        + "</p><table><thead><tr><th>file</th><th>entry</th><th>check</th><th>dtype</th><th>adapter</th>"
+        f"<th>status</th><th>reason</th><th>matched</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
 
 
 def checks_table(report: dict[str, Any]) -> str:
@@ -296,7 +368,7 @@ def _seed(report: dict[str, Any]) -> str:
 
 def summary_line(report: dict[str, Any]) -> str:
     s = report["summary"]
-    parts = ", ".join(f"{n} {k}" for k, n in s.items() if n)
+    parts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in s.items() if n)
     return (
         f'<p><span class="verdict v-{esc(report["verdict"])}" id="verdict">{esc(report["verdict"])}</span> '
         f"{esc(parts)}</p>"
@@ -311,17 +383,21 @@ def render_html(report: dict[str, Any], back: str = "", perf: dict[str, Any] | N
         (f'<a href="{esc(back)}">← all runs</a>' if back else "")
         + '<a href="#matrix">Matrix</a><a href="#precision">Precision</a><a href="#failures">Failures</a>'
         + ('<a href="#performance">Performance</a>' if perf is not None else "")
+        + ('<a href="#expectations">Expectations</a>' if (report.get("expectations") or {}).get("entries") else "")
         + '<a href="#checks">Checks</a><a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
     )
     body = (
         f"<nav>{nav}</nav><h1>Conformance report: {esc(names)}</h1>"
         + summary_line(report)
+        + unexpected_passes(report)
         + f'<p class="muted">{esc(report.get("created", ""))} · Hypothesis profile '
         f"<code>{esc(report['hypothesis'].get('profile'))}</code>, seed "
         f"<code>{esc(_seed(report))}</code> · schema {esc(report.get('schema_version'))}</p>"
         + matrix(report)
         + precision(report)
         + failures(report)
+        + failures(report, known=True)
+        + expectations_section(report)
         + (perf_section(perf) if perf is not None else "")
         + checks_table(report)
         + adapters_section(report)

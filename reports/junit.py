@@ -1,6 +1,11 @@
 """``junit.xml``: the run as JUnit XML (the Jenkins/Ant format CI systems read): one test suite per
 adapter, one test case per check × dtype; failures and errors carry the message and counterexample,
-unsupported and skipped checks are skipped test cases."""
+unsupported and skipped checks are skipped test cases.
+
+Checks an expectation file decides (docs/expectations.md) are read by CI systems as not failing, the way
+pytest writes its own xfail outcomes: a known failure is a skipped test case (type ``known-failure``,
+the reason in its message, the full failure in its text); an unexpectedly passed check is a passing test
+case whose ``system-out`` says so; a check skipped by an expectation is skipped (type ``expected-skip``)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
+
+from reports.html_page import kind
 
 # XML 1.0 has no place for most control characters; a candidate's message may hold any
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -28,7 +35,7 @@ def render_junit(report: dict[str, Any]) -> str:
             "tests": len(checks),
             "failures": sum(c["status"] == "failed" for c in checks),
             "errors": sum(c["status"] == "error" for c in checks),
-            "skipped": sum(c["status"] in ("unsupported", "skipped") for c in checks),
+            "skipped": sum(c["status"] in ("unsupported", "skipped", "known_failure") for c in checks),
         }
         for k, v in counts.items():
             totals[k] += v
@@ -60,8 +67,25 @@ def render_junit(report: dict[str, Any]) -> str:
                 if c.get("counterexample"):
                     detail += "\n\n" + c["counterexample"]
                 el.text = _text(detail)
+            elif c["status"] == "known_failure":
+                reason = (c.get("expectation") or {}).get("reason", "")
+                el = ET.SubElement(case, "skipped", message=_text(f"known failure: {reason}"), type="known-failure")
+                detail = f"{c['property']} ({c['cites']})\n{message}"
+                if c.get("counterexample"):
+                    detail += "\n\n" + c["counterexample"]
+                el.text = _text(detail)
+            elif kind(c) == "expected_skip":
+                reason = c["expectation"].get("reason", "")
+                ET.SubElement(case, "skipped", message=_text(f"skipped by expectation: {reason}"), type="expected-skip")
             elif c["status"] in ("unsupported", "skipped"):
                 ET.SubElement(case, "skipped", message=_text(f"{c['status']}: {first}"))
+            elif c["status"] == "unexpectedly_passed":
+                e = c.get("expectation") or {}
+                out = ET.SubElement(case, "system-out")
+                out.text = _text(
+                    f"unexpectedly passed: {e.get('file', '?')} entry {e.get('entry', '?')} expects it to fail "
+                    f"({e.get('reason', '')}); remove the entry if the defect is fixed"
+                )
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)

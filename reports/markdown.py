@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from reports.html_page import kind
+
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 MARK = {
     "passed": "pass",
@@ -12,14 +14,74 @@ MARK = {
     "error": "**ERROR**",
     "unsupported": "unsupported",
     "skipped": "skipped",
+    "known_failure": "known failure",
+    "unexpectedly_passed": "**unexpectedly passed**",
 }
+MEASURED = ("passed", "failed", "known_failure", "unexpectedly_passed")
 
 
 def _cell(c: dict[str, Any]) -> str:
     text = MARK[c["status"]]
-    if c["status"] in ("passed", "failed") and c.get("max_ulp") is not None:
+    if kind(c) == "expected_skip":
+        text = "skipped (expected)"
+    if c["status"] in MEASURED and c.get("max_ulp") is not None:
         text += f" {c['max_ulp']:.3g}"
     return text
+
+
+def _entry(c: dict[str, Any]) -> str:
+    e = c["expectation"]
+    return f"{e['file']} entry {e['entry']}: {e['reason']}"
+
+
+def _failure_block(c: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### {c['adapter']} · `{c['check']}` · {c['dtype'] or '—'} ({c['status'].replace('_', ' ')})",
+        "",
+        f"Property: {c['property']} — {c['cites']}",
+        "",
+    ]
+    if c.get("expectation"):
+        lines += [f"Expected by {_esc(_entry(c))}", ""]
+    lines += ["```", c.get("message", ""), "```"]
+    if c.get("counterexample"):
+        lines += [
+            "",
+            "<details><summary>counterexample</summary>",
+            "",
+            "```",
+            c["counterexample"],
+            "```",
+            "",
+            "</details>",
+        ]
+    return [*lines, ""]
+
+
+def _expectations(report: dict[str, Any]) -> list[str]:
+    entries = (report.get("expectations") or {}).get("entries") or []
+    if not entries:
+        return []
+    lines = [
+        "",
+        "## Expectations",
+        "",
+        "Entries of the expectation files (docs/expectations.md); matched: the checks of this run each covers.",
+        "",
+        "| file | entry | check | dtype | adapter | status | reason | matched |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        dtype = ", ".join(e["dtype"]) if e["dtype"] else "every"
+        matched = str(e["matched"]) if e["matched"] else "**none**"
+        lines.append(
+            f"| `{_esc(e['file'])}` | {e['entry']} | `{_esc(e['check'])}` | {dtype} | {_esc(e['adapter'] or 'every')} "
+            f"| {e['status']} | {_esc(e['reason'])} | {matched} |"
+        )
+    unmatched = [e for e in entries if not e["matched"]]
+    if unmatched:
+        lines += ["", f"**{len(unmatched)} entr{'ies' if len(unmatched) != 1 else 'y'} matched no check in this run.**"]
+    return lines
 
 
 def _esc(text: str) -> str:
@@ -32,7 +94,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Conformance report",
         "",
-        f"**Verdict: {report['verdict']}** — " + ", ".join(f"{n} {k}" for k, n in s.items() if n) + ".",
+        f"**Verdict: {report['verdict']}** — "
+        + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in s.items() if n)
+        + ".",
         "",
         f"Suite {report['suite_version']}, schema {report['schema_version']}; Hypothesis profile "
         f"`{report['hypothesis']['profile']}`, seed `{report['hypothesis']['seed']}`; {report['created']}; "
@@ -41,6 +105,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         "Cells: status, then the worst error seen in ulps of the dtype against the float64 oracle "
         "(docs/report.md explains how to read them).",
     ]
+    surprises = [c for c in checks if c["status"] == "unexpectedly_passed"]
+    if surprises:
+        lines += [
+            "",
+            f"> **{len(surprises)} check{'s' if len(surprises) != 1 else ''} unexpectedly passed** (a warning, not a "
+            "failure): an expectation file lists them as known failures; remove the entry if the defect is fixed.",
+            ">",
+        ]
+        lines += [f"> - {c['adapter']} · `{c['check']}` · {c['dtype'] or '—'} — {_esc(_entry(c))}" for c in surprises]
     by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in checks:
         by_adapter[c["adapter"]].append(c)
@@ -69,27 +142,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     if failures:
         lines += ["", "## Failures", ""]
         for c in failures:
-            lines += [
-                f"### {c['adapter']} · `{c['check']}` · {c['dtype'] or '—'} ({c['status']})",
-                "",
-                f"Property: {c['property']} — {c['cites']}",
-                "",
-                "```",
-                c.get("message", ""),
-                "```",
-            ]
-            if c.get("counterexample"):
-                lines += [
-                    "",
-                    "<details><summary>counterexample</summary>",
-                    "",
-                    "```",
-                    c["counterexample"],
-                    "```",
-                    "",
-                    "</details>",
-                ]
-            lines.append("")
+            lines += _failure_block(c)
+    known = [c for c in checks if c["status"] == "known_failure"]
+    if known:
+        lines += ["", "## Known failures", "", "Listed in an expectation file: they do not fail the run.", ""]
+        for c in known:
+            lines += _failure_block(c)
+    lines += _expectations(report)
     lines += ["", "## Adapters and their declared conventions", ""]
     for a in report["adapters"]:
         env = ", ".join(f"{k} {v}" for k, v in a["environment"].items())

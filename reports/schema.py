@@ -1,4 +1,4 @@
-"""Checking a report.json against the published schema (reports/report.schema.json, schema version 1).
+"""Checking a report.json against the published schema (reports/report.schema.json, schema versions 1 and 2).
 
 :func:`problem` needs nothing beyond the standard library and says, in one line, why a document is not a
 report this suite reads (foreign JSON, another schema version); :func:`validate` adds full validation
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reports.writer import SCHEMA, SCHEMA_VERSION
+from reports.writer import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -22,17 +22,18 @@ def load_schema() -> dict[str, Any]:
 
 
 def problem(doc: Any) -> str | None:
-    """Why ``doc`` is not a report of the schema version this suite reads, or None if it looks like one."""
+    """Why ``doc`` is not a report of a schema version this suite reads, or None if it looks like one."""
     if not isinstance(doc, dict):
         return f"not a conformance report: the document is a JSON {type(doc).__name__}, not an object"
     if doc.get("schema") != SCHEMA:
         return f'not a conformance report: its "schema" is {doc.get("schema")!r}, not {SCHEMA!r}'
     v = doc.get("schema_version")
-    if v != SCHEMA_VERSION:
-        older = isinstance(v, int) and v < SCHEMA_VERSION
+    if type(v) is not int or v not in READABLE_VERSIONS:
+        older = type(v) is int and v < min(READABLE_VERSIONS)
+        readable = ", ".join(str(n) for n in READABLE_VERSIONS)
         return (
-            f"report schema version {v!r} is {'older than' if older else 'not'} the version this suite reads "
-            f"({SCHEMA_VERSION}); {'re-run the suite to write' if older else 'use the suite version that wrote it, or'}"
+            f"report schema version {v!r} is {'older than' if older else 'not'} the versions this suite reads "
+            f"({readable}); {'re-run the suite to write' if older else 'use the suite version that wrote it, or'}"
             f" a version-{SCHEMA_VERSION} report"
         )
     missing = [k for k in ("verdict", "summary", "adapters", "checks", "created") if k not in doc]

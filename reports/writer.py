@@ -23,13 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from reports.badge import render_badge
+from reports.html_page import kind
 from reports.html_report import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
 
 SCHEMA = "transformer-conformance/report"
-SCHEMA_VERSION = 1
-STATUSES = ("passed", "failed", "error", "unsupported", "skipped")
+SCHEMA_VERSION = 2
+#: every schema version this suite still reads (version 1: before expectation files)
+READABLE_VERSIONS = (1, 2)
+STATUSES = ("passed", "failed", "error", "unsupported", "skipped", "known_failure", "unexpectedly_passed")
 
 
 def suite_version() -> str:
@@ -69,6 +72,8 @@ def verdict(checks: Sequence[dict[str, Any]], exitstatus: int) -> str:
         return "incomplete"
     if any(c["status"] in ("failed", "error") for c in checks):
         return "non-conformant"
+    if any(c["status"] == "known_failure" or kind(c) == "expected_skip" for c in checks):
+        return "known-failures"  # nothing new failed; what an expectation file excuses remains
     return "conformant"
 
 
@@ -80,6 +85,7 @@ def build_report(
     started: float,
     exitstatus: int,
     specs: Mapping[str, str] | None = None,
+    expectations: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
@@ -122,6 +128,7 @@ def build_report(
             }
             for a in adapters
         ],
+        "expectations": dict(expectations) if expectations else {"files": [], "entries": []},
         "checks": checks,
     }
 

@@ -114,7 +114,7 @@ def test_undeclared_is_unsupported_never_passed(faulty_run: Run) -> None:
 def test_report_files(faulty_run: Run) -> None:
     """report.json carries the schema, environment, adapters and per-check fields; report.md the matrix."""
     r = faulty_run.report
-    assert (r["schema"], r["schema_version"]) == ("transformer-conformance/report", 1)
+    assert (r["schema"], r["schema_version"]) == ("transformer-conformance/report", 2)
     assert r["verdict"] == "non-conformant" and r["hypothesis"]["profile"] == "ci"
     assert {a["name"] for a in r["adapters"]} >= {"raises", "only-rms-float32"}
     assert r["summary"]["failed"] > 0 and r["summary"]["unsupported"] > 0

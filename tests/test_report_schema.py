@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +19,7 @@ def test_schema_is_a_valid_json_schema() -> None:
     import jsonschema
 
     jsonschema.Draft202012Validator.check_schema(load_schema())
-    assert load_schema()["properties"]["schema_version"] == {"const": 1}
+    assert load_schema()["properties"]["schema_version"] == {"enum": [1, 2]}
 
 
 def test_real_runs_validate(defect_run: Run, builtin_run: Run) -> None:
@@ -29,9 +32,9 @@ def test_real_runs_validate(defect_run: Run, builtin_run: Run) -> None:
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        (0, "report schema version 0 is older than the version this suite reads (1); re-run the suite"),
-        (2, "report schema version 2 is not the version this suite reads (1)"),
-        ("1", "report schema version '1' is not the version this suite reads (1)"),
+        (0, "report schema version 0 is older than the versions this suite reads (1, 2); re-run the suite"),
+        (3, "report schema version 3 is not the versions this suite reads (1, 2)"),
+        ("1", "report schema version '1' is not the versions this suite reads (1, 2)"),
     ],
 )
 def test_other_schema_versions(builtin_run: Run, version: object, expected: str) -> None:
@@ -48,3 +51,34 @@ def test_foreign_and_broken_documents(builtin_run: Run) -> None:
     doc["checks"][0]["status"] = "great"
     errors = validate(doc)
     assert errors and errors[0].startswith("checks/0/status:"), errors
+
+
+def as_version_1(report: dict[str, Any]) -> dict[str, Any]:
+    """A report as the suite wrote it before expectation files (schema version 1)."""
+    doc = copy.deepcopy(report)
+    doc["schema_version"] = 1
+    del doc["expectations"]
+    for k in ("known_failure", "unexpectedly_passed"):
+        del doc["summary"][k]
+    return doc
+
+
+def test_version_1_reports_still_load(builtin_run: Run, tmp_path: Path) -> None:
+    """A report written before schema version 2 validates, renders and is merged by the dashboard."""
+    from reports.dashboard import build_site, load
+
+    old = as_version_1(builtin_run.report)
+    assert validate(old) == []
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    runs, errors = load([str(path)])
+    assert errors == [] and len(runs) == 1
+    build_site(runs, tmp_path / "site")
+    assert "2/2" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_version_2_requires_its_fields(builtin_run: Run) -> None:
+    doc = copy.deepcopy(builtin_run.report)
+    assert doc["schema_version"] == 2 and doc["expectations"] == {"files": [], "entries": []}
+    del doc["expectations"]
+    assert any("expectations" in e for e in validate(doc))
