@@ -241,5 +241,7 @@ def result(r: Rounding, out: Tracked, flushed: float = 0.0) -> Tracked:
 
 def allowed_error(out: Tracked, dtype: Format) -> F64:
     """Largest |candidate − oracle| a correct candidate can show: its accumulated error ``e`` plus the
-    final rounding to the output dtype, half an ulp of the result."""
-    return 0.5 * dtype.ulp(out.v) + out.e
+    final rounding to the output dtype, half an ulp of the value it rounds. That value is within ``e`` of
+    the exact one, so just below a power of two it may lie in the binade above, where the ulp is twice
+    as large: the half ulp is taken at |v| + e, not at v alone."""
+    return 0.5 * np.maximum(dtype.ulp(out.v), dtype.ulp(np.abs(out.v) + out.e)) + out.e
