@@ -8,6 +8,7 @@ EXTRAS: dict[str, str] = {
     "numpy": "",
     "torch": "torch",
     "torch-compile": "torch",
+    "torch-compile-full": "torch",
     "jax": "jax",
     "flax": "jax",
     "flax-nnx": "jax",

@@ -14,6 +14,7 @@ BUILTIN: dict[str, str] = {
     "numpy": "adapters.numpy_oracle:NumpyAdapter",
     "torch": "adapters.torch_adapter:TorchAdapter",
     "torch-compile": "adapters.torch_compile_adapter:TorchCompileAdapter",
+    "torch-compile-full": "adapters.torch_compile_adapter:TorchCompileFullAdapter",
     "jax": "adapters.jax_adapter:JaxAdapter",
     "flax": "adapters.flax_adapter:FlaxLinenAdapter",
     "flax-nnx": "adapters.flax_adapter:FlaxNnxAdapter",

@@ -58,16 +58,22 @@ UNBACKED_OPS = frozenset(
 
 
 class TorchCompileAdapter(TorchAdapter):
-    """The built-in ``torch-compile`` adapter."""
+    """The built-in ``torch-compile`` adapter: the operations that compile to one graph per rank and dtype
+    (:data:`UNBACKED_OPS`: the norms, RoPE, the losses, sinusoidal and ALiBi positions). The others are not
+    declared, so they are reported unsupported, never passed: each of their shapes compiles anew, and a
+    run of every operation takes far longer than a gate can wait (``torch-compile-full`` has them all)."""
 
     name = "torch-compile"
+    #: the operations this adapter compiles and declares
+    compiled_ops: frozenset[str] = UNBACKED_OPS
 
     def __init__(self, device: str = "cpu", rope_layout: str = "half") -> None:
         super().__init__(device, rope_layout)
         # generous cache limits: a run meets many (rank, dtype, parameter) combinations per operation
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
-        self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items()}
+        self.capabilities = {op: c for op, c in self.capabilities.items() if op in self.compiled_ops}
+        self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -94,3 +100,12 @@ class TorchCompileAdapter(TorchAdapter):
         # with autograd recording: the forward graph of the joint graph the VJP also runs (module docstring)
         out, _ = self._call(op, inputs, params, grad=True)
         return to_numpy(out)
+
+
+class TorchCompileFullAdapter(TorchCompileAdapter):
+    """The built-in ``torch-compile-full`` adapter: every operation of the torch adapter compiled, the
+    attention, MLP and block operations included (each new shape of those compiles a graph of its own:
+    a run takes hours on a 2-core CPU, minutes on a GPU)."""
+
+    name = "torch-compile-full"
+    compiled_ops = frozenset(OPS)
