@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # The liger adapter's kernels run under Triton's interpreter on a CPU, which must be switched on before
+    # anything imports triton — torch.compile's inductor does, in the tests that compile (adapters/liger_adapter.py).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.conformance_run import Run, run_suite
 
