@@ -15,6 +15,7 @@ EXTRAS: dict[str, str] = {
     "hf-llama": "hf",
     "hf-gemma": "hf",
     "hf-t5": "hf",
+    "hf": "hf",  # the group hf-llama, hf-gemma, hf-t5 (adapters/registry.py GROUPS)
     "liger": "liger",
     "liger-gemma": "liger",
     "liger-none": "liger",

@@ -27,6 +27,16 @@ BUILTIN: dict[str, str] = {
 }
 
 
+#: Names that stand for several built-in adapters: ``--adapter hf`` runs HF transformers' three RMSNorm
+#: families (each model family ships its own norm, so each is an adapter of its own).
+GROUPS: dict[str, tuple[str, ...]] = {"hf": ("hf-llama", "hf-gemma", "hf-t5")}
+
+
+def expand(specs: list[str]) -> list[str]:
+    """The adapter specs with each group name replaced by its members."""
+    return [name for spec in specs for name in GROUPS.get(spec, (spec,))]
+
+
 #: Default adapters of a conformance run.
 DEFAULT = ("numpy", "torch")
 

@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
 from adapters.contract import Adapter
-from adapters.registry import DEFAULT, AdapterLoadError, import_path, load_adapter
+from adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
 from conformance import checks, expectations, profiles
 from conformance.checks import CheckFailure, Record
 from conformance.dtypes import TESTED_DTYPES, Format, fmt
@@ -110,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for d in _split(config.getoption("dtype")):
         if d not in TESTED_DTYPES:
             raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
-    specs = _split(config.getoption("adapter")) or list(DEFAULT)
+    specs = expand(_split(config.getoption("adapter"))) or list(DEFAULT)
     adapters: list[Adapter] = []
     for spec in specs:
         try:

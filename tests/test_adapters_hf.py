@@ -74,3 +74,13 @@ def test_gemma_offset_budget_counts_the_stored_weight() -> None:
     plain = budgets.FORWARD["rms_norm"](inputs, {"eps": 1e-6}, Conventions(), dtype)
     offset = budgets.FORWARD["rms_norm"](inputs, {"eps": 1e-6}, Conventions(norm_weight_offset=1.0), dtype)
     assert offset.e[0, 0] - plain.e[0, 0] >= dtype.unit_roundoff * 4.03125 * 0.99
+
+
+def test_hf_names_the_three_norm_families() -> None:
+    """`--adapter hf` runs every HF adapter, and nox installs their extra for it."""
+    from adapters.extras import EXTRAS
+    from adapters.registry import BUILTIN, expand
+
+    assert expand(["numpy", "hf"]) == ["numpy", "hf-llama", "hf-gemma", "hf-t5"]
+    assert all(name in BUILTIN and EXTRAS[name] == "hf" for name in expand(["hf"]))
+    assert EXTRAS["hf"] == "hf"
