@@ -178,13 +178,17 @@ class TorchAdapter:
             env["gpu"] = torch.cuda.get_device_name(self.device)
         return env
 
+    def _tensors(self, op: str, inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
+        """The inputs as tensors on the adapter's device, the floating ones recording gradients if ``grad``."""
+        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
+        for k in OPS[op].inputs:
+            tensors[k].requires_grad_(grad)
+        return tensors
+
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        spec = OPS[op]
-        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
-        for k in spec.inputs:
-            tensors[k].requires_grad_(grad)
+        tensors = self._tensors(op, inputs, grad)
         out = self.impl[op](**tensors, **params)
         return out, tensors
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from adapters.contract import OPS
-from adapters.torch_adapter import TorchAdapter, to_numpy, to_torch
+from adapters.torch_adapter import TorchAdapter, to_numpy
 
 #: Operations compiled with unbacked sizes (no 0/1 specialisation); measured to compile and pass so on
 #: torch 2.13 CPU. The rest keep ``dynamic=True``'s backed sizes.
@@ -84,9 +84,7 @@ class TorchCompileAdapter(TorchAdapter):
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
-        for k in OPS[op].inputs:
-            tensors[k].requires_grad_(grad)
+        tensors = self._tensors(op, inputs, grad)
         if op in UNBACKED_OPS:
             for t in tensors.values():
                 for dim in range(t.dim()):

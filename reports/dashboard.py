@@ -24,7 +24,7 @@ from typing import Any
 from reports import perf_run
 from reports.badge import PASSED, colour, known, level
 from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, kind, legend, page
-from reports.html_perf import adapters_of, perf_page
+from reports.html_perf import _num, adapters_of, perf_page
 from reports.html_report import render_html
 from reports.schema import problem, validate
 from reports.writer import atomic_write
@@ -177,14 +177,6 @@ def comparison(runs: list[Run]) -> str:
         + f'<table class="matrix"><thead><tr><th>behaviour</th><th>check</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></section>"
     )
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def chart(title: str, points: list[tuple[str, float | None]], log: bool = False, unit: str = "") -> str:
