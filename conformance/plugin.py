@@ -21,6 +21,7 @@ from hypothesis.errors import HypothesisException
 
 from adapters.contract import Adapter
 from adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
+from adapters.triton_env import interpret_triton_without_cuda
 from conformance import checks, expectations, profiles
 from conformance.checks import CheckFailure, Record
 from conformance.dtypes import TESTED_DTYPES, Format, fmt
@@ -111,6 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if d not in TESTED_DTYPES:
             raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
     specs = expand(_split(config.getoption("adapter"))) or list(DEFAULT)
+    interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton_env.py)
     adapters: list[Adapter] = []
     for spec in specs:
         try:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
 
-if not torch.cuda.is_available():
-    # The liger adapter's kernels run under Triton's interpreter on a CPU, which must be switched on before
-    # anything imports triton — torch.compile's inductor does, in the tests that compile (adapters/liger_adapter.py).
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
+from adapters.triton_env import interpret_triton_without_cuda
 from tests.conformance_run import Run, run_suite
+
+# the liger adapter's tests need Triton's interpreter on a CPU, switched on before anything imports triton
+# (torch.compile's inductor does, in the tests that compile)
+interpret_triton_without_cuda()
 
 #: a planted defect (z-loss as α·z) and a candidate whose error message carries markup, on two checks
 DEFECT_ARGS = (

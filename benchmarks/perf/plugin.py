@@ -31,6 +31,7 @@ import pytest
 
 from adapters.contract import DTYPES, Adapter
 from adapters.registry import AdapterLoadError, known_names, load_adapter
+from adapters.triton_env import interpret_triton_without_cuda
 from benchmarks.perf import ceilings as ceil
 from benchmarks.perf.accounting import OPS, BenchOp, pass_name
 from benchmarks.perf.compare import MIN_RELATIVE, compare
@@ -161,6 +162,7 @@ class PerfRun:
 
     def _adapters(self, names: list[str]) -> dict[str, Adapter]:
         out: dict[str, Adapter] = {}
+        interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton_env.py)
         for name in names or known_names():
             try:
                 adapter = load_adapter(name, device=self.device)
@@ -168,6 +170,10 @@ class PerfRun:
                 if names:
                     raise pytest.UsageError(str(exc)) from None
                 self.excluded[name] = str(exc)
+                continue
+            if adapter.environment().get("triton mode", "").startswith("interpreter"):
+                # NumPy emulating each Triton program: its times say nothing of the kernel's
+                self.excluded[name] = "its Triton kernels run under the interpreter here (no CUDA); time them on a GPU"
                 continue
             if not callable(getattr(adapter, "native", None)):
                 if names:
