@@ -3,7 +3,9 @@
 Three adapters, one per RMSNorm variant, because a model ships exactly one of them:
 
 * ``hf-llama`` — ``LlamaRMSNorm``; RoPE as Llama applies it (``LlamaRotaryEmbedding`` for cos/sin,
-  ``apply_rotary_pos_emb``); the MLP ``LlamaMLP``, down(act(gate(x)) * up(x)) without biases;
+  ``apply_rotary_pos_emb``); the MLP ``LlamaMLP``, down(act(gate(x)) * up(x)) without biases; eager
+  attention with ``repeat_kv`` for grouped KV heads (Gemma-2's ``eager_attention_forward``, Llama's with
+  the logit soft-cap);
 * ``hf-gemma`` — ``GemmaRMSNorm``, whose weight is stored zero-centred: it computes norm(x)·(1 + w);
 * ``hf-t5`` — ``T5LayerNorm`` (an RMSNorm: no mean, no bias).
 
@@ -24,14 +26,18 @@ gradients come from autograd. Declared, from the source and measured on transfor
   partial-rotary models do (GPT-NeoX, Phi): rotate x[..., :rotary_dim], pass the rest through;
 * ``LlamaMLP`` runs its three ``nn.Linear`` layers and the SiLU as separate ops: ``unfused``
   ``swiglu_mlp``. HF takes the hidden width from the configuration (``intermediate_size``); it has no
-  rule to compute it, so ``swiglu_hidden_dim`` is not declared.
+  rule to compute it, so ``swiglu_hidden_dim`` is not declared;
+* eager attention multiplies q·kᵀ by the scale, soft-caps, adds the mask and multiplies by V in the input
+  dtype, one op at a time (only the softmax runs in float32): ``unfused`` ``attention`` (declared fused, 4
+  of its bfloat16/float16 checks fail). The causal mask is HF's from cache positions, bottom-right.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -39,6 +45,7 @@ import transformers
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
@@ -134,11 +141,37 @@ class _HFAdapter:
         self._params = [(w, p) for w, p in pairs if w.requires_grad]
         return module(x)
 
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        softcap: float | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """HF's eager attention (Gemma-2's ``eager_attention_forward``: Llama's plus the logit soft-cap),
+        which repeats each KV head for its query group with ``repeat_kv``. HF builds the causal mask
+        elsewhere, from cache positions: query i of L_q sits at position L_k − L_q + i, so the additive mask
+        here is that bottom-right one."""
+        lq, lk = q.shape[-2], k.shape[-2]
+        mask = None
+        if causal:
+            rows = torch.arange(lq, device=q.device)[:, None] + (lk - lq)
+            blocked = torch.arange(lk, device=q.device)[None, :] > rows
+            mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
+        # the function reads only these attributes of the attention module
+        groups = q.shape[1] // k.shape[1]
+        module = cast(nn.Module, SimpleNamespace(head_dim=q.shape[-1], num_key_value_groups=groups, training=False))
+        out, _ = gemma2_eager_attention(module, q, k, v, mask, dropout=0.0, scaling=scale, softcap=softcap)
+        return out.transpose(1, 2)  # HF returns (B, L_q, H, D_v)
+
     def _impl(self, op: str) -> Callable[..., torch.Tensor]:
         impl: dict[str, Callable[..., torch.Tensor]] = {
             "rms_norm": self.rms_norm,
             "rope": hf_rope,
             "swiglu_mlp": self.swiglu_mlp,
+            "attention": self.attention,
         }
         return impl[op]
 
@@ -186,10 +219,11 @@ class HFLlamaAdapter(_HFAdapter):
             rope_angle_dtype="float32",
             compute_dtype="float32",
             norm_rounding="before_weight",
-            unfused=frozenset({"rms_norm.vjp", "rope", "swiglu_mlp"}),
+            unfused=frozenset({"rms_norm.vjp", "rope", "swiglu_mlp", "attention"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
+            causal_alignment="bottom_right",
         )
-        self.capabilities = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp")}
+        self.capabilities = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp", "attention")}
 
 
 class HFGemmaAdapter(_HFAdapter):
