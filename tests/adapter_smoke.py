@@ -36,6 +36,13 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64) -> Case:
             "w3": fill(dtype, (d, h), d**-0.5, seed + 2),
             "w2": fill(dtype, (h, d), h**-0.5, seed + 3),
         }
+    elif op == "attention":  # grouped heads (4 query heads on 2 KV heads), fewer queries than keys, causal
+        inputs = {
+            "q": fill(dtype, (1, 4, 3, 8), 1.0, seed),
+            "k": fill(dtype, (1, 2, 5, 8), 1.0, seed + 1),
+            "v": fill(dtype, (1, 2, 5, 8), 1.0, seed + 2),
+        }
+        params = {"causal": True, "softcap": None, "scale": None}
     else:
         inputs = {"logits": fill(dtype, (3, 17), 2.0, seed)}
         if op in ("cross_entropy", "cross_entropy_mean"):
