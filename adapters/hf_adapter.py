@@ -50,7 +50,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 from adapters.contract import OPS, Capability, Conventions
-from adapters.torch_adapter import to_numpy, to_torch
+from adapters.torch_adapter import input_tensors, to_numpy, to_torch
 
 #: eps of the three norms' constructors (LlamaConfig().rms_norm_eps is the same 1e-6)
 DEFAULT_EPS = 1e-6
@@ -178,9 +178,7 @@ class _HFAdapter:
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
-        for k in OPS[op].inputs:
-            tensors[k].requires_grad_(grad)
+        tensors = input_tensors(op, inputs, self.device, grad)
         self._params = []
         return self._impl(op)(**tensors, **params), tensors
 

@@ -141,6 +141,14 @@ def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float |
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+def input_tensors(op: str, inputs: Mapping[str, np.ndarray], device: str, grad: bool) -> dict[str, torch.Tensor]:
+    """An operation's inputs as tensors on ``device``, the floating ones recording gradients if ``grad``."""
+    tensors = {k: to_torch(v, device) for k, v in inputs.items()}
+    for k in OPS[op].inputs:
+        tensors[k].requires_grad_(grad)
+    return tensors
+
+
 class TorchAdapter:
     """The built-in ``torch`` adapter."""
 
@@ -179,11 +187,7 @@ class TorchAdapter:
         return env
 
     def _tensors(self, op: str, inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
-        """The inputs as tensors on the adapter's device, the floating ones recording gradients if ``grad``."""
-        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
-        for k in OPS[op].inputs:
-            tensors[k].requires_grad_(grad)
-        return tensors
+        return input_tensors(op, inputs, self.device, grad)
 
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
