@@ -1,10 +1,21 @@
 """Adapters: candidate implementations exposed through one contract (docs/adapter-contract.md)."""
 
-from adapters.contract import OPS, Adapter, Capability, ContractError, Conventions, OpSpec, capabilities, validate
+from adapters.contract import (
+    CHOICES,
+    OPS,
+    Adapter,
+    Capability,
+    ContractError,
+    Conventions,
+    OpSpec,
+    capabilities,
+    validate,
+)
 from adapters.registry import BUILTIN, DEFAULT, AdapterLoadError, load_adapter
 
 __all__ = [
     "BUILTIN",
+    "CHOICES",
     "DEFAULT",
     "OPS",
     "Adapter",

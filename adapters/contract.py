@@ -4,8 +4,9 @@ Read docs/adapter-contract.md for the prose version. In short, an adapter is any
 
 * ``name: str`` — shown in reports;
 * ``conventions: Conventions`` — what the candidate follows where real implementations differ;
-* ``capabilities: Mapping[str, Capability]`` — which operations it implements, in which dtypes, and
-  whether it provides their gradients. An operation or dtype not declared is *unsupported*, never
+* ``capabilities: Mapping[str, Capability]`` — which operations it implements, in which dtypes,
+  whether it provides their gradients, and, for an operation with a named choice (``CHOICES``: the RoPE
+  scaling rule, the MLP activation), which values of it. What is not declared is *unsupported*, never
   passed;
 * ``forward(op, inputs, params) -> np.ndarray`` — run one operation;
 * ``vjp(op, inputs, params, cotangent) -> dict[str, np.ndarray]`` — its vector-Jacobian product, one
@@ -26,6 +27,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from reference.blocks import BLOCK_INPUTS
+from reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
+from reference.rope_scaling import SCALING_TYPES
 
 
 @dataclass(frozen=True)
@@ -249,12 +252,29 @@ class Conventions:
         }
 
 
+#: the named choices of an operation's parameters, with every value the contract defines: an adapter may
+#: declare a part of them (``Capability.values``); the checks then draw only what it declares
+CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "rope_scaled": {"scaling.type": SCALING_TYPES},
+    "mlp": {"activation": MLP_ACTIVATIONS},
+    "glu_mlp": {"activation": GLU_ACTIVATIONS},
+}
+
+
 @dataclass(frozen=True)
 class Capability:
-    """Declared support for one operation."""
+    """Declared support for one operation: its dtypes, its gradient, and the values of its named choices
+    (``CHOICES``) it implements: ``values={"activation": frozenset({"silu", "gelu_tanh"})}``. A choice left
+    out of ``values`` is declared with every value the contract defines."""
 
     dtypes: frozenset[str] = frozenset(DTYPES)
     grad: bool = True
+    values: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def declared(self, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of ``values`` (in their order) this capability declares for the choice ``key``."""
+        allowed = self.values.get(key)
+        return values if allowed is None else tuple(v for v in values if v in allowed)
 
 
 def capabilities(ops: Mapping[str, Capability] | None = None, **kw: Capability) -> dict[str, Capability]:
@@ -307,4 +327,21 @@ def validate(obj: object, origin: str) -> Adapter:
         bad = sorted(set(cap.dtypes) - set(DTYPES))
         if bad:
             raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")
+        _validate_values(origin, op, cap)
     return obj
+
+
+def _validate_values(origin: str, op: str, cap: Capability) -> None:
+    choices = CHOICES.get(op, {})
+    for key, values in cap.values.items():
+        where = f"{origin}: capabilities[{op!r}].values[{key!r}]"
+        if key not in choices:
+            named = f"; {op} has {', '.join(choices)}" if choices else f"; {op} has no named choice"
+            raise ContractError(f"{origin}: capabilities[{op!r}] narrows unknown choice {key!r}{named}")
+        if isinstance(values, str) or not values:
+            raise ContractError(f"{where} must be a non-empty set of values (leave {op} out to declare none)")
+        bad = sorted(set(values) - set(choices[key]))
+        if bad:
+            raise ContractError(
+                f"{where} names unknown value(s) {', '.join(bad)}; the contract defines {', '.join(choices[key])}"
+            )

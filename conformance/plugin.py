@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
-from adapters.contract import Adapter
+from adapters.contract import CHOICES, Adapter
 from adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
 from adapters.triton_env import interpret_triton_without_cuda
 from conformance import checks, expectations, profiles
@@ -41,10 +41,31 @@ KNOWN = "known failure: "
 SPEC = "spec"  # adapter column of checks that test the specification itself, not a candidate
 
 
-def check(id: str, behaviour: str, prop: str, cites: str, op: str | None = None, grad: bool = False) -> Any:
+def check(
+    id: str,
+    behaviour: str,
+    prop: str,
+    cites: str,
+    op: str | None = None,
+    grad: bool = False,
+    choices: Mapping[str, tuple[str, ...]] | None = None,
+) -> Any:
     """Mark a test as a conformance check. ``op``: the contract operation it needs from the adapter
-    (``grad``: and its VJP); the check is *unsupported* for an adapter that does not declare them."""
-    return pytest.mark.conformance(id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad)
+    (``grad``: and its VJP); the check is *unsupported* for an adapter that does not declare them.
+    ``choices``: the values of ``op``'s named choices (``adapters.CHOICES``) the check draws; it draws only
+    those the adapter declares (:func:`declared`), the report names the others, and with none declared the
+    check is unsupported."""
+    return pytest.mark.conformance(
+        id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad, choices=dict(choices or {})
+    )
+
+
+def declared(adapter: Adapter, op: str, key: str, values: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The values of ``op``'s choice ``key`` a check draws for ``adapter``: those of ``values`` (default:
+    every value the contract defines) its capability declares, in their order."""
+    values = CHOICES[op][key] if values is None else values
+    cap = adapter.capabilities.get(op)
+    return values if cap is None else cap.declared(key, values)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -219,6 +240,14 @@ def declared_support(request: pytest.FixtureRequest) -> None:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
     if meta.get("grad") and not cap.grad:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
+    for key, values in meta.get("choices", {}).items():
+        kept = cap.declared(key, tuple(values))
+        if not kept:
+            pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} with {key} {' or '.join(values)}")
+        left = [v for v in values if v not in kept]
+        if left and "record" in request.fixturenames:
+            record: Record = request.getfixturevalue("record")
+            record.extra.setdefault("not_declared", {})[key] = left
 
 
 def _expectation(item: pytest.Item, meta: dict[str, Any]) -> expectations.Entry | None:

@@ -81,9 +81,10 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
 
 
 @st.composite
-def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activation: str | None = None) -> Case:
-    names = GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS
-    act = draw(st.sampled_from(names), label="activation") if activation is None else activation
+def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...] | None = None) -> Case:
+    """An MLP (``gated``: a GLU) case with an activation among ``activations`` (default: all the contract names)."""
+    names = activations or (GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS)
+    act = draw(st.sampled_from(names), label="activation")
     d = draw(st.integers(1, 24), label="d")
     h = draw(st.integers(1, 40), label="h")
     lead = draw(st.sampled_from([(1,), (3,), (2, 3)]), label="leading shape")

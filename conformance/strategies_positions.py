@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from conformance.dtypes import Format
 from conformance.strategies import Case, fill, magnitudes, positions, seeds
+from reference.rope_scaling import SCALING_TYPES
 
 #: Head counts: powers of two (the geometric rule) and the others (the interpolated rule), 1 and 64 included.
 HEADS = st.one_of(st.integers(1, 16), st.sampled_from([20, 24, 40, 64]))
@@ -58,9 +59,9 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
 
 
 @st.composite
-def scaling(draw: st.DrawFn, kind: str | None = None, rotary_dim: int = 64) -> dict[str, Any]:
-    """A context-extension rule with its parameters; factors 2 … 32, trained lengths 16 … 8192."""
-    kind = kind or draw(st.sampled_from(["linear", "ntk", "dynamic", "yarn", "llama3"]), label="scaling")
+def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64) -> dict[str, Any]:
+    """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192."""
+    kind = draw(st.sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
     factor = draw(st.sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
     original = draw(st.sampled_from([16, 64, 2048, 4096, 8192]), label="trained length")
     params: dict[str, Any] = {"type": kind, "factor": factor}
@@ -74,7 +75,7 @@ def scaling(draw: st.DrawFn, kind: str | None = None, rotary_dim: int = 64) -> d
 
 
 @st.composite
-def rope_scaled_case(draw: st.DrawFn, dtype: Format, kind: str | None = None) -> Case:
+def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SCALING_TYPES) -> Case:
     half = draw(st.one_of(st.integers(2, 8), st.sampled_from([16, 32, 64])), label="d/2")
     d = 2 * half
     rotary_dim = draw(st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)), label="rotary_dim")
@@ -82,7 +83,7 @@ def rope_scaled_case(draw: st.DrawFn, dtype: Format, kind: str | None = None) ->
     seed = draw(seeds, label="seed")
     base = draw(st.sampled_from([10000.0, 10000.0, 500000.0]), label="base")
     x = fill(dtype, (draw(st.integers(1, 2), label="heads"), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
-    rule = draw(scaling(kind, rotary_dim or d))
+    rule = draw(scaling(kinds, rotary_dim or d))
     return Case(
         {"x": x, "positions": draw(positions(t))},
         {"base": base, "rotary_dim": rotary_dim, "scaling": rule},

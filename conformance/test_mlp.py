@@ -13,8 +13,9 @@ from conformance import strategies as cst
 from conformance import strategies_blocks as sb
 from conformance.checks import CheckFailure, Record, _invoke, check_forward, check_vjp, describe_call
 from conformance.dtypes import Format
-from conformance.plugin import check
-from reference.mlp import ffn_hidden_dim, mlp_weight_count
+from conformance.plugin import check, declared
+from conformance.strategies import Case
+from reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS, ffn_hidden_dim, mlp_weight_count
 
 MLP = (
     'seed-002 §3.3.1: ReLU(x) = max(0, x); GeLU x·Φ(x), "in code approximated as x·σ(1.702x)"; seed-002 §3.3.2: '
@@ -31,30 +32,53 @@ SIZING = (
 )
 
 
-@check("mlp/forward", "mlp", "act(x·W_in)·W_out agrees with the oracle for every named activation", MLP, op="mlp")
+#: the activations a check draws (only those the adapter declares: ``declared``)
+PLAIN = {"activation": MLP_ACTIVATIONS}
+GATED = {"activation": GLU_ACTIVATIONS}
+
+
+def _case(adapter: Adapter, dtype: Format, gated: bool) -> st.SearchStrategy[Case]:
+    return sb.mlp_case(dtype, gated, declared(adapter, "glu_mlp" if gated else "mlp", "activation"))
+
+
+@check(
+    "mlp/forward",
+    "mlp",
+    "act(x·W_in)·W_out agrees with the oracle for every named activation",
+    MLP,
+    op="mlp",
+    choices=PLAIN,
+)
 @given(data=st.data())
 def test_mlp_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "mlp", data.draw(sb.mlp_case(dtype, gated=False), label="case"), dtype, record)
+    check_forward(adapter, "mlp", data.draw(_case(adapter, dtype, gated=False), label="case"), dtype, record)
 
 
-@check("mlp/gradient", "mlp", "VJP agrees with the oracle", MLP, op="mlp", grad=True)
+@check("mlp/gradient", "mlp", "VJP agrees with the oracle", MLP, op="mlp", grad=True, choices=PLAIN)
 @given(data=st.data())
 def test_mlp_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.mlp_case(dtype, gated=False), label="case")
+    case = data.draw(_case(adapter, dtype, gated=False), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "mlp", case, cot, dtype, record)
 
 
-@check("glu/forward", "mlp", "(act(xW₁) ⊙ xW₃)·W₂ agrees with the oracle: SwiGLU, GeGLU, ReGLU", GLU, op="glu_mlp")
+@check(
+    "glu/forward",
+    "mlp",
+    "(act(xW₁) ⊙ xW₃)·W₂ agrees with the oracle: SwiGLU, GeGLU, ReGLU",
+    GLU,
+    op="glu_mlp",
+    choices=GATED,
+)
 @given(data=st.data())
 def test_glu_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "glu_mlp", data.draw(sb.mlp_case(dtype, gated=True), label="case"), dtype, record)
+    check_forward(adapter, "glu_mlp", data.draw(_case(adapter, dtype, gated=True), label="case"), dtype, record)
 
 
-@check("glu/gradient", "mlp", "VJP agrees with the oracle", GLU, op="glu_mlp", grad=True)
+@check("glu/gradient", "mlp", "VJP agrees with the oracle", GLU, op="glu_mlp", grad=True, choices=GATED)
 @given(data=st.data())
 def test_glu_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.mlp_case(dtype, gated=True), label="case")
+    case = data.draw(_case(adapter, dtype, gated=True), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "glu_mlp", case, cot, dtype, record)
 
@@ -72,7 +96,7 @@ def test_bias_free(adapter: Adapter, dtype: Format, record: Record, data: st.Dat
     op = "glu_mlp" if gated else "mlp"
     if op not in adapter.capabilities:
         return
-    case = data.draw(sb.mlp_case(dtype, gated=gated), label="case")
+    case = data.draw(_case(adapter, dtype, gated), label="case")
     inputs = dict(case.inputs, x=np.zeros_like(case.inputs["x"]))
     call = describe_call(adapter, op, inputs, case.params)
     out = np.asarray(_invoke(call, adapter.forward, op, inputs, case.params), dtype=np.float64)

@@ -4,6 +4,8 @@ band scaling, as the ``scaling`` rule of ``rope_scaled`` (seed-000 §Extending c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -15,11 +17,12 @@ from conformance import strategies as cst
 from conformance import strategies_positions as pst
 from conformance.checks import CheckFailure, Record, check_forward, check_vjp
 from conformance.dtypes import Format
-from conformance.plugin import check
+from conformance.plugin import check, declared
 from conformance.properties import run
 from conformance.strategies import Case
 from reference import rope_scaling as rs
 from reference.rope import rope_pair_indices
+from reference.rope_scaling import SCALING_TYPES
 
 EXTEND = (
     "seed-000 §Extending context with RoPE: position interpolation, NTK-aware scaling, YaRN; seed-002 §3.4.2: "
@@ -58,18 +61,84 @@ def _agree(
         )
 
 
-@check("rope_scaled/forward", "rope_scaling", "each rule agrees with the oracle", EXTEND, op="rope_scaled")
+RULE = "scaling.type"
+#: the rules whose angles depend on the call's parameters alone; dynamic NTK reads the call's length, so its
+#: checks make a longer call first (a candidate that keeps state from one call to the next shows it there)
+STATELESS = tuple(k for k in SCALING_TYPES if k != "dynamic")
+#: the rules a check draws (only those the adapter declares: ``declared``)
+ALL = {RULE: STATELESS}
+
+
+def _case(adapter: Adapter, dtype: Format, kinds: tuple[str, ...] = STATELESS) -> st.SearchStrategy[Case]:
+    return pst.rope_scaled_case(dtype, declared(adapter, "rope_scaled", RULE, kinds))
+
+
+@check("rope_scaled/forward", "rope_scaling", "each rule agrees with the oracle", EXTEND, op="rope_scaled", choices=ALL)
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "rope_scaled", data.draw(pst.rope_scaled_case(dtype), label="case"), dtype, record)
+    check_forward(adapter, "rope_scaled", data.draw(_case(adapter, dtype), label="case"), dtype, record)
 
 
-@check("rope_scaled/gradient", "rope_scaling", "VJP agrees with the oracle", EXTEND, op="rope_scaled", grad=True)
+@check(
+    "rope_scaled/gradient",
+    "rope_scaling",
+    "VJP agrees with the oracle",
+    EXTEND,
+    op="rope_scaled",
+    grad=True,
+    choices=ALL,
+)
 @given(data=st.data())
 def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(pst.rope_scaled_case(dtype), label="case")
+    case = data.draw(_case(adapter, dtype), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "rope_scaled", case, cot, dtype, record)
+
+
+@contextmanager
+def _after_longer_call(adapter: Adapter, dtype: Format, case: Case, data: st.DataObject) -> Iterator[None]:
+    """Call rope_scaled once at positions beyond the case's (a longer sequence than the one checked inside
+    the block); a failure inside says so."""
+    beyond = data.draw(st.sampled_from([1, 17, 4096, 50_000]), label="longer call beyond by")
+    longer = case.inputs["positions"] + beyond
+    run(adapter, "rope_scaled", dict(case.inputs, positions=longer), case.params, dtype, case.inputs["x"].shape)
+    try:
+        yield
+    except CheckFailure as e:
+        raise CheckFailure(f"{e} (right after the same call at positions up to {int(longer.max())})") from None
+
+
+@check(
+    "rope_scaled/dynamic-forward",
+    "rope_scaling",
+    "dynamic NTK agrees with the oracle at this call's length n (base·(s·n/L − (s − 1))^(d/(d−2)) for n > L, "
+    "plain RoPE otherwise), also right after a longer call",
+    DYNAMIC,
+    op="rope_scaled",
+    choices={RULE: ("dynamic",)},
+)
+@given(data=st.data())
+def test_dynamic_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(_case(adapter, dtype, ("dynamic",)), label="case")
+    with _after_longer_call(adapter, dtype, case, data):
+        check_forward(adapter, "rope_scaled", case, dtype, record)
+
+
+@check(
+    "rope_scaled/dynamic-gradient",
+    "rope_scaling",
+    "the VJP of dynamic NTK agrees with the oracle at this call's length, also right after a longer call",
+    DYNAMIC,
+    op="rope_scaled",
+    grad=True,
+    choices={RULE: ("dynamic",)},
+)
+@given(data=st.data())
+def test_dynamic_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(_case(adapter, dtype, ("dynamic",)), label="case")
+    cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
+    with _after_longer_call(adapter, dtype, case, data):
+        check_vjp(adapter, "rope_scaled", case, cot, dtype, record)
 
 
 @check(
@@ -78,10 +147,11 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "linear s at positions s·m equals plain RoPE at m: positions × L_train/L_target",
     PI,
     op="rope_scaled",
+    choices={RULE: ("linear",)},
 )
 @given(data=st.data())
 def test_linear_is_interpolation(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case: Case = data.draw(pst.rope_scaled_case(dtype, "linear"), label="case")
+    case: Case = data.draw(_case(adapter, dtype, ("linear",)), label="case")
     s = data.draw(st.sampled_from([2, 4, 8, 16]), label="s")
     params = dict(case.params, scaling={"type": "linear", "factor": float(s)})
     plain = dict(case.params, scaling=None)
@@ -95,10 +165,11 @@ def test_linear_is_interpolation(adapter: Adapter, dtype: Format, record: Record
     "NTK-aware s equals plain RoPE with base·s^(d/(d−2))",
     NTK,
     op="rope_scaled",
+    choices={RULE: ("ntk",)},
 )
 @given(data=st.data())
 def test_ntk_base(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case: Case = data.draw(pst.rope_scaled_case(dtype, "ntk"), label="case")
+    case: Case = data.draw(_case(adapter, dtype, ("ntk",)), label="case")
     rd = case.params["rotary_dim"] or case.inputs["x"].shape[-1]
     s = case.params["scaling"]["factor"]
     plain = dict(case.params, base=rs.ntk_base(case.params["base"], s, rd), scaling=None)
@@ -112,13 +183,16 @@ def test_ntk_base(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "(no state carried from one call to the next)",
     DYNAMIC,
     op="rope_scaled",
+    choices={RULE: ("dynamic",)},
 )
 @given(data=st.data())
 def test_dynamic_stateless(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case: Case = data.draw(pst.rope_scaled_case(dtype, "dynamic"), label="case")
+    case: Case = data.draw(_case(adapter, dtype, ("dynamic",)), label="case")
     original = case.params["scaling"]["original_max_position_embeddings"]
     t = case.inputs["x"].shape[-2]
     short = np.sort(np.random.default_rng(case.about["seed"]).integers(0, original, size=t)).astype(np.int64)
+    if data.draw(st.booleans(), label="ends at the trained length"):
+        short[-1] = original - 1  # n = L: the last length that is still plain RoPE
     long = short + data.draw(st.sampled_from([original, 3 * original, 50_000]), label="beyond by")
     plain = dict(case.params, scaling=None)
     inputs = dict(case.inputs, positions=short)
@@ -132,6 +206,10 @@ def test_dynamic_stateless(adapter: Adapter, dtype: Format, record: Record, data
             f"the same call before and after a call at positions up to {int(long.max())}: got {again[i]:.8g} at {i}, "
             f"should be {first[i]:.8g} (the first answer) [{call}]"
         )
+
+
+#: the rules with frequency bands
+BANDED = ("yarn", "llama3")
 
 
 def _pair_mask(rd: int, d: int, layout: str, pairs: np.ndarray) -> np.ndarray:
@@ -148,11 +226,12 @@ def _pair_mask(rd: int, d: int, layout: str, pairs: np.ndarray) -> np.ndarray:
     "(YaRN's rotated coordinates also scaled by 0.1·ln(s) + 1)",
     YARN,
     op="rope_scaled",
+    choices={RULE: BANDED},
 )
 @given(data=st.data())
 def test_bands(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    kind = data.draw(st.sampled_from(["yarn", "llama3"]), label="rule")
-    case: Case = data.draw(pst.rope_scaled_case(dtype, kind), label="case")
+    kind = data.draw(st.sampled_from(declared(adapter, "rope_scaled", RULE, BANDED)), label="rule")
+    case: Case = data.draw(_case(adapter, dtype, (kind,)), label="case")
     d = case.inputs["x"].shape[-1]
     rd = case.params["rotary_dim"] or d
     rule, base = case.params["scaling"], case.params["base"]

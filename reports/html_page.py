@@ -133,6 +133,12 @@ def safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "file"
 
 
+def not_declared(c: dict[str, Any]) -> str:
+    """The values a check did not draw because its adapter does not declare them, in words, or ''."""
+    left = c.get("extra", {}).get("not_declared", {})
+    return "; ".join(f"{key} {', '.join(values)} not declared" for key, values in left.items())
+
+
 def kind(check: dict[str, Any]) -> str:
     """How a check is shown: its status, or ``expected_skip`` for a check an expectation file skipped."""
     if check["status"] == "skipped" and (check.get("expectation") or {}).get("status") == "skip":

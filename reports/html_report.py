@@ -23,6 +23,7 @@ from reports.html_page import (
     fmt_ulp,
     kind,
     legend,
+    not_declared,
     page,
     safe_filename,
 )
@@ -70,6 +71,8 @@ def _cell(c: dict[str, Any] | None, anchors: dict[int, str]) -> str:
     ulp = fmt_ulp(c.get("max_ulp"))
     if ulp:
         tip += f"; worst {ulp} ulp"
+    if not_declared(c):
+        tip += f"; ran without {not_declared(c)}"
     if _expected(c):
         tip += f"\nexpected by {_expected(c)}"
     if c.get("message") and k != "expected_skip":
@@ -318,6 +321,7 @@ def adapters_section(report: dict[str, Any]) -> str:
     for a in report["adapters"]:
         caps = {
             op: f"{', '.join(c['dtypes'])}{'; gradients' if c['grad'] else '; no gradients'}"
+            + "".join(f"; {key} {', '.join(v)} only" for key, v in c.get("values", {}).items())
             for op, c in a.get("capabilities", {}).items()
         }
         out.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from reports.html_page import kind
+from reports.html_page import kind, not_declared
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 MARK = {
@@ -84,6 +84,34 @@ def _expectations(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _narrowed(checks: list[dict[str, Any]]) -> list[str]:
+    rows: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for c in checks:
+        if not_declared(c):
+            rows[(c["adapter"], c["check"], not_declared(c))].append(c["dtype"] or "—")
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Checks run on the declared values only",
+        "",
+        "The adapter declares only some values of the operation's named choices; these checks never drew the "
+        "others (docs/adapter-contract.md).",
+        "",
+    ]
+    lines += [f"- {a} · `{check}` · {', '.join(d)} — {_esc(why)}" for (a, check, why), d in rows.items()]
+    return lines
+
+
+def _declared_values(a: dict[str, Any]) -> str:
+    parts = [
+        f"{op} {key} {', '.join(values)}"
+        for op, cap in a.get("capabilities", {}).items()
+        for key, values in cap.get("values", {}).items()
+    ]
+    return f"; declares only: {'; '.join(parts)}" if parts else ""
+
+
 def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -148,11 +176,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Known failures", "", "Listed in an expectation file: they do not fail the run.", ""]
         for c in known:
             lines += _failure_block(c)
+    lines += _narrowed(checks)
     lines += _expectations(report)
     lines += ["", "## Adapters and their declared conventions", ""]
     for a in report["adapters"]:
         env = ", ".join(f"{k} {v}" for k, v in a["environment"].items())
         conv = "; ".join(f"{k}: {v}" for k, v in a["conventions"].items())
-        lines += [f"- **{a['name']}** ({_esc(env)}) — {_esc(conv)}"]
+        lines += [f"- **{a['name']}** ({_esc(env)}) — {_esc(conv)}{_esc(_declared_values(a))}"]
     lines.append("")
     return "\n".join(lines)

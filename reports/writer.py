@@ -123,7 +123,7 @@ def build_report(
                 "name": a.name,
                 **({"spec": specs[a.name]} if specs and a.name in specs else {}),
                 "conventions": a.conventions.describe(),
-                "capabilities": {op: {"dtypes": sorted(c.dtypes), "grad": c.grad} for op, c in a.capabilities.items()},
+                "capabilities": {op: _capability(c) for op, c in a.capabilities.items()},
                 "environment": _safe_env(a),
             }
             for a in adapters
@@ -131,6 +131,14 @@ def build_report(
         "expectations": dict(expectations) if expectations else {"files": [], "entries": []},
         "checks": checks,
     }
+
+
+def _capability(c: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"dtypes": sorted(c.dtypes), "grad": c.grad}
+    values = getattr(c, "values", None)  # an adapter written against an older contract may not have them
+    if values:
+        out["values"] = {k: sorted(v) for k, v in values.items()}
+    return out
 
 
 def _safe_env(adapter: Any) -> dict[str, str]:

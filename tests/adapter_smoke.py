@@ -1,5 +1,6 @@
 """A quick in-process smoke subset for built-in adapters: every declared operation on one small example
-per dtype, forward and gradient, held to the same oracle and budget as the conformance checks."""
+per dtype (and per declared value of its named choices: each RoPE scaling rule, each activation), forward
+and gradient, held to the same oracle and budget as the conformance checks."""
 
 from __future__ import annotations
 
@@ -10,17 +11,38 @@ from unittest import mock
 
 import numpy as np
 
-from adapters.contract import Adapter
+from adapters.contract import CHOICES, Adapter
 from conformance.checks import Record, check_forward, check_vjp
 from conformance.dtypes import Format, fmt
 from conformance.strategies import Case, fill
 
+#: the parameters of each RoPE scaling rule in the smoke examples
+SCALING = {
+    "linear": {"factor": 4.0},
+    "ntk": {"factor": 4.0},
+    "dynamic": {"factor": 4.0, "original_max_position_embeddings": 4},
+    "yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
+    "llama3": {"factor": 8.0, "original_max_position_embeddings": 64, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+}
 
-def case(op: str, dtype: Format, seed: int = 0, n: int = 64) -> Case:
-    """A small, ordinary example of ``op`` in ``dtype``."""
+
+def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None = None) -> Case:
+    """A small, ordinary example of ``op`` in ``dtype`` (``choice``: the value of its named choice)."""
     inputs: dict[str, np.ndarray]
     params: dict[str, Any] = {}
-    if op in ("rms_norm", "layer_norm"):
+    if op in ("mlp", "glu_mlp"):
+        d, h = 8, 12
+        w_in, w_out = fill(dtype, (d, h), d**-0.5, seed + 1), fill(dtype, (h, d), h**-0.5, seed + 3)
+        inputs = {"x": fill(dtype, (3, d), 1.0, seed)}
+        if op == "glu_mlp":
+            inputs |= {"w1": w_in, "w3": fill(dtype, (d, h), d**-0.5, seed + 2), "w2": w_out}
+        else:
+            inputs |= {"w_in": w_in, "w_out": w_out}
+        params = {"activation": choice}
+    elif op == "rope_scaled":
+        inputs = {"x": fill(dtype, (2, 5, 16), 1.0, seed), "positions": np.arange(3, 8, dtype=np.int64)}
+        params = {"base": 10000.0, "rotary_dim": 8, "scaling": {"type": choice, **SCALING[str(choice)]}}
+    elif op in ("rms_norm", "layer_norm"):
         inputs = {"x": fill(dtype, (3, n), 1.0, seed), "weight": fill(dtype, (n,), 0.5, seed + 1, offset=1.0)}
         if op == "layer_norm":
             inputs["bias"] = fill(dtype, (n,), 0.5, seed + 2)
@@ -64,7 +86,7 @@ def outside_hypothesis() -> Iterator[None]:
 
 def smoke(adapter: Adapter, dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> list[str]:
     """Run every declared floating operation of ``adapter``; return what was checked."""
-    checked = []
+    checked: list[str] = []
     with outside_hypothesis():
         _smoke(adapter, dtypes, checked)
     return checked
@@ -77,10 +99,14 @@ def _smoke(adapter: Adapter, dtypes: tuple[str, ...], checked: list[str]) -> Non
         for name in dtypes:
             if name not in cap.dtypes:
                 continue
-            dtype, rec = fmt(name), Record(op, op, "smoke", "")
-            c = case(op, dtype)
-            out = check_forward(adapter, op, c, dtype, rec)
-            if cap.grad:
-                cot = fill(dtype, out.shape, 1.0, 99)
-                check_vjp(adapter, op, c, cot, dtype, rec)
-            checked.append(f"{op}[{name}]")
+            declared: list[str | None] = [
+                v for key, values in CHOICES.get(op, {}).items() for v in cap.declared(key, values)
+            ]
+            for choice in declared or [None]:
+                dtype, rec = fmt(name), Record(op, op, "smoke", "")
+                c = case(op, dtype, choice=choice)
+                out = check_forward(adapter, op, c, dtype, rec)
+                if cap.grad:
+                    cot = fill(dtype, out.shape, 1.0, 99)
+                    check_vjp(adapter, op, c, cot, dtype, rec)
+                checked.append(f"{op}[{name}]" + (f"[{choice}]" if choice else ""))

@@ -271,7 +271,11 @@ BREAKS.update(
         SinusoidalCosFirst: ("sinusoidal", "sinusoidal/forward", "float32"),
         LearnedWraps: ("learned", "learned/beyond-table", "float32"),
         AlibiNaiveSlopes: ("alibi", "alibi/slopes", "float32"),
-        DynamicNtkSticky: ("rope_scaling", "rope_scaled/dynamic-within-trained-length", "float32"),
+        DynamicNtkSticky: (
+            "rope_scaling",
+            ("rope_scaled/dynamic-forward", "rope_scaled/dynamic-within-trained-length"),
+            "float32",
+        ),
         YarnNoTemperature: ("rope_scaling", "rope_scaled/bands", "float32"),
         CeMeanOverAllTokens: ("cross_entropy_mean", "cross_entropy_mean/forward", "float32"),
         SoftcapHardClamp: ("softcap_z_loss", "softcap_z_loss/value", "float32"),
