@@ -56,13 +56,31 @@ from adapters.torch_adapter import input_tensors, to_numpy, to_torch
 DEFAULT_EPS = 1e-6
 
 
+#: the contract's RoPE scaling rules HF's rotary embedding implements (its ``rope_type``; HF has no static NTK)
+HF_SCALING_TYPES = frozenset({"linear", "dynamic", "yarn", "llama3"})
+
+
 @cache
-def _rotary(rotary_dim: int, base: float) -> LlamaRotaryEmbedding:
+def _rotary(rotary_dim: int, base: float, scaling: tuple[tuple[str, Any], ...] = ()) -> LlamaRotaryEmbedding:
+    """Llama's rotary embedding for a head of ``rotary_dim`` and a scaling rule (the contract's dict, as
+    sorted items; empty: plain RoPE). One module per configuration, as in a model: dynamic NTK keeps its
+    state between calls."""
+    rule = dict(scaling)
+    kind = rule.pop("type", "default")
+    original = rule.get("original_max_position_embeddings", 2048)
+    if kind == "dynamic":
+        # HF's dynamic NTK reads the trained length from max_position_embeddings, not from its parameters
+        rule.pop("original_max_position_embeddings")
+        longest = original
+    else:
+        # what a configuration that extends its context says: the extended length
+        longest = int(original * rule.get("factor", 1.0)) + 1
     config = LlamaConfig(
         hidden_size=rotary_dim,
         num_attention_heads=1,
         head_dim=rotary_dim,
-        rope_parameters={"rope_type": "default", "rope_theta": base},
+        max_position_embeddings=longest,
+        rope_parameters={"rope_type": kind, "rope_theta": base, **rule},
     )
     return LlamaRotaryEmbedding(config)
 
@@ -81,14 +99,20 @@ def _mlp_config(d: int, h: int) -> LlamaConfig:
 
 
 def hf_rope(
-    x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, rotary_dim: int | None = None
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    scaling: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
-    """x (..., T, d) through Llama's rotary embedding and ``apply_rotary_pos_emb``."""
+    """x (..., T, d) through Llama's rotary embedding (with ``scaling``'s ``rope_type``) and
+    ``apply_rotary_pos_emb``."""
     rd = x.shape[-1] if rotary_dim is None else rotary_dim
     t, d = x.shape[-2:]
     q = x.reshape(1, -1, t, d)  # (batch, heads, T, d), the layout apply_rotary_pos_emb expects
     q_rot, q_pass = q[..., :rd], q[..., rd:]
-    cos, sin = _rotary(rd, float(base)).to(x.device)(q_rot, positions[None, :])
+    rotary = _rotary(rd, float(base), tuple(sorted((scaling or {}).items())))
+    cos, sin = rotary.to(x.device)(q_rot, positions[None, :])
     q_embed, _ = apply_rotary_pos_emb(q_rot, q_rot, cos, sin)
     return torch.cat((q_embed, q_pass), dim=-1).reshape(x.shape)
 
@@ -170,6 +194,7 @@ class _HFAdapter:
         impl: dict[str, Callable[..., torch.Tensor]] = {
             "rms_norm": self.rms_norm,
             "rope": hf_rope,
+            "rope_scaled": hf_rope,
             "swiglu_mlp": self.swiglu_mlp,
             "attention": self.attention,
         }
@@ -217,11 +242,12 @@ class HFLlamaAdapter(_HFAdapter):
             rope_angle_dtype="float32",
             compute_dtype="float32",
             norm_rounding="before_weight",
-            unfused=frozenset({"rms_norm.vjp", "rope", "swiglu_mlp", "attention"}),
+            unfused=frozenset({"rms_norm.vjp", "rope", "rope_scaled", "swiglu_mlp", "attention"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             causal_alignment="bottom_right",
         )
         self.capabilities = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp", "attention")}
+        self.capabilities["rope_scaled"] = Capability(values={"scaling.type": HF_SCALING_TYPES})
 
 
 class HFGemmaAdapter(_HFAdapter):

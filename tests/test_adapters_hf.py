@@ -84,3 +84,28 @@ def test_hf_names_the_three_norm_families() -> None:
     assert expand(["numpy", "hf"]) == ["numpy", "hf-llama", "hf-gemma", "hf-t5"]
     assert all(name in BUILTIN and EXTRAS[name] == "hf" for name in expand(["hf"]))
     assert EXTRAS["hf"] == "hf"
+
+
+def test_rope_scaling_rules_hf_offers() -> None:
+    """hf-llama declares rope_scaled with the rope types HF offers that the contract defines: no static NTK."""
+    cap = load_adapter("hf-llama").capabilities["rope_scaled"]
+    assert cap.values == {"scaling.type": {"linear", "dynamic", "yarn", "llama3"}}
+
+
+def test_dynamic_ntk_keeps_state() -> None:
+    """The finding listed in expectations/hf.toml: HF's dynamic NTK keeps the longest length its module has
+    seen, so the same call answers differently after a longer one. If this fails, HF no longer does: remove
+    the rope_scaled/dynamic-* entries of expectations/hf.toml."""
+    adapter = load_adapter("hf-llama")
+    dtype = fmt("float32")
+    x = fill(dtype, (1, 1, 8), 1.0, 3)
+    rule = {"type": "dynamic", "factor": 3.0, "original_max_position_embeddings": 16}
+    params = {"base": 10000.0, "rotary_dim": None, "scaling": rule}
+
+    def call(position: int) -> np.ndarray:
+        return adapter.forward("rope_scaled", {"x": x, "positions": np.array([position])}, params)
+
+    before = call(100)
+    call(5000)
+    assert not np.array_equal(call(100), before)  # n = 101 now rotates with the base for n = 5001
+    assert np.array_equal(call(14), call(14))  # below the trained length it resets to plain RoPE
