@@ -42,8 +42,11 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
   gradient of its own — Liger adds its gradient into the cross-entropy's — so ``z_loss`` and
   ``softcap_z_loss`` are declared forward only.
 
-The contract's ``glu_mlp`` and ``mlp`` take one of several activations per call; Liger has the SiLU and
-tanh-GELU products and squared ReLU only, so they are not declared (docs/adapters.md).
+* GLU and plain MLPs: Liger has kernels for the SiLU and tanh-GELU products (``liger_swiglu``,
+  ``liger_geglu``) and for squared ReLU (``liger_relu_squared``), so ``glu_mlp`` is declared with
+  ``activation`` silu and gelu_tanh and ``mlp`` with relu_squared only (the checks draw no other
+  activation for it). Each kernel rounds its result to the input dtype between torch's matmuls:
+  ``unfused`` ``glu_mlp`` and ``mlp``.
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ import liger_kernel.ops.swiglu  # noqa: E402
 import triton  # noqa: E402
 from liger_kernel.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
+    liger_geglu,
     liger_layer_norm,
+    liger_relu_squared,
     liger_rms_norm,
     liger_rope,
     liger_swiglu,
@@ -134,6 +139,12 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def swiglu_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         return liger_swiglu(x @ w1, x @ w3) @ w2
 
+    def glu_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor, activation: str) -> torch.Tensor:
+        return _kernel(GLU_PRODUCTS, activation)(x @ w1, x @ w3) @ w2
+
+    def mlp(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, activation: str) -> torch.Tensor:
+        return _kernel(ACTIVATIONS, activation)(x @ w_in) @ w_out
+
     def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return liger_cross_entropy(logits, targets, reduction="none")
 
@@ -159,12 +170,28 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         rope,
         swiglu_mlp,
         swiglu_product,
+        glu_mlp,
+        mlp,
         cross_entropy,
         cross_entropy_mean,
         z_loss,
         softcap_z_loss,
     )
     return {f.__name__: f for f in fns}
+
+
+#: Liger's kernel for each activation of the contract's glu_mlp and mlp it has one for
+GLU_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "silu": liger_swiglu,
+    "gelu_tanh": liger_geglu,
+}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu_squared": liger_relu_squared}
+
+
+def _kernel(kernels: dict[str, Callable[..., torch.Tensor]], activation: str) -> Callable[..., torch.Tensor]:
+    if activation not in kernels:
+        raise ValueError(f"Liger has no kernel for activation {activation!r}; it has {', '.join(kernels)}")
+    return kernels[activation]
 
 
 def _check_device(device: str) -> None:
@@ -203,7 +230,7 @@ class LigerAdapter(TorchAdapter):
             rope_angle_dtype="float32",
             compute_dtype="float32",
             norm_rounding="before_weight",
-            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "cross_entropy_mean"}),
+            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "glu_mlp", "mlp", "cross_entropy_mean"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"}),
             grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean"}),
@@ -215,6 +242,8 @@ class LigerAdapter(TorchAdapter):
         caps = {op: Capability(dtypes=dtypes) for op in ("rms_norm", "layer_norm", "rope", "swiglu_mlp")}
         caps |= {op: Capability(dtypes=dtypes) for op in ("cross_entropy", "cross_entropy_mean")}
         caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss")}
+        caps["glu_mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(GLU_PRODUCTS)})
+        caps["mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(ACTIVATIONS)})
         return caps
 
     def stored_weight(self, weight: torch.Tensor) -> torch.Tensor:

@@ -49,11 +49,16 @@ def test_declarations() -> None:
         "layer_norm",
         "rope",
         "swiglu_mlp",
+        "glu_mlp",
+        "mlp",
         "cross_entropy",
         "cross_entropy_mean",
         "z_loss",
         "softcap_z_loss",
     }
+    # Liger's products and activations: SiLU and tanh-GELU gates, squared ReLU
+    assert caps["glu_mlp"].values == {"activation": {"silu", "gelu_tanh"}}
+    assert caps["mlp"].values == {"activation": {"relu_squared"}}
     assert not caps["z_loss"].grad and not caps["softcap_z_loss"].grad  # Liger's z-loss has no gradient of its own
     bf16 = all("bfloat16" in c.dtypes for c in caps.values())
     assert bf16 == (not liger_adapter.INTERPRETED)  # the interpreter's bfloat16 arithmetic is not trusted
