@@ -1,6 +1,7 @@
 """No false alarms: the correct built-in adapters pass under many different Hypothesis seeds.
 
-    python mutants/seeds.py --seeds 20 [--first 0] [--workers 2] [--out reports/out/false-alarms]
+    python mutants/seeds.py --seeds 20 [--first 0] [--workers 2] [--adapter NAME] [--behaviour NAME]
+                            [--out reports/out/false-alarms]
 
 For each seed K runs the whole conformance suite against every built-in adapter with
 ``--hypothesis-profile=ci-random --hypothesis-seed=K`` (the default profile's size, but random, not
@@ -40,7 +41,13 @@ def expectation_files(adapters: list[str]) -> list[Path]:
 
 
 def run_seed(
-    seed: int, adapters: list[str], out: Path, workers: str, profile: str, expect: list[Path] | None = None
+    seed: int,
+    adapters: list[str],
+    out: Path,
+    workers: str,
+    profile: str,
+    expect: list[Path] | None = None,
+    behaviours: list[str] | None = None,
 ) -> dict[str, Any]:
     report_dir = out / "runs" / f"seed-{seed}"
     cmd = [
@@ -58,6 +65,7 @@ def run_seed(
         str(report_dir),
         *(["-n", workers] if workers != "0" else []),
         *(f"--expectations={p}" for p in expect or []),
+        *([f"--behaviour={','.join(behaviours)}"] if behaviours else []),
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -103,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
     ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     ap.add_argument("--adapter", action="append", default=[], help="adapters (default: every built-in)")
+    ap.add_argument(
+        "--behaviour", action="append", default=[], help="only these behaviours' checks (default: every behaviour)"
+    )
     ap.add_argument("--workers", default="2", help="pytest-xdist workers: a number, auto, or 0 for none")
     ap.add_argument(
         "--profile", default="ci-random", help="Hypothesis profile (default: ci-random, the ci profile randomised)"
@@ -118,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = []
     for seed in range(args.first, args.first + args.seeds):
-        r = run_seed(seed, adapters, args.out, args.workers, args.profile, expect)
+        r = run_seed(seed, adapters, args.out, args.workers, args.profile, expect, args.behaviour)
         runs.append(r)
         passed = r.get("summary", {}).get("passed", 0)
         where = "; ".join(f"{a['adapter']} {a['check']} [{a['dtype']}] {a['status']}" for a in r["alarms"][:5])
@@ -134,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "schema_version": 1,
         "adapters": adapters,
         "profile": args.profile,
+        "behaviours": args.behaviour or "all",
         "expectations": [str(p.relative_to(ROOT)) for p in expect],
         "seeds": [r["seed"] for r in runs],
         "clean": clean,
