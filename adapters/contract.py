@@ -95,7 +95,7 @@ OPS: dict[str, OpSpec] = {
         ("x",),
         int_inputs=("positions",),
         params=("base", "rotary_dim", "scaling"),
-        summary="rope with context extension: scaling = {'type': 'linear'|'ntk'|'dynamic'|'yarn'|'llama3', "
+        summary="rope with context extension: scaling = {'type': 'linear'|'ntk'|'dynamic'|'yarn'|'llama3'|'longrope', "
         "'factor': s, ...} (docs/adapter-contract.md). Output like x.",
     ),
     "cross_entropy_mean": OpSpec(

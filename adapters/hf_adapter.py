@@ -57,7 +57,7 @@ DEFAULT_EPS = 1e-6
 
 
 #: the contract's RoPE scaling rules HF's rotary embedding implements (its ``rope_type``; HF has no static NTK)
-HF_SCALING_TYPES = frozenset({"linear", "dynamic", "yarn", "llama3"})
+HF_SCALING_TYPES = frozenset({"linear", "dynamic", "yarn", "llama3", "longrope"})
 
 
 @cache
@@ -65,9 +65,9 @@ def _rotary(rotary_dim: int, base: float, scaling: tuple[tuple[str, Any], ...] =
     """Llama's rotary embedding for a head of ``rotary_dim`` and a scaling rule (the contract's dict, as
     sorted items; empty: plain RoPE). One module per configuration, as in a model: dynamic NTK keeps its
     state between calls."""
-    rule = dict(scaling)
+    rule: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in scaling}  # LongRoPE's lists
     kind = rule.pop("type", "default")
-    original = rule.get("original_max_position_embeddings", 2048)
+    original = int(rule.get("original_max_position_embeddings", 2048))
     if kind == "dynamic":
         # HF's dynamic NTK reads the trained length from max_position_embeddings, not from its parameters
         rule.pop("original_max_position_embeddings")
@@ -111,7 +111,8 @@ def hf_rope(
     t, d = x.shape[-2:]
     q = x.reshape(1, -1, t, d)  # (batch, heads, T, d), the layout apply_rotary_pos_emb expects
     q_rot, q_pass = q[..., :rd], q[..., rd:]
-    rotary = _rotary(rd, float(base), tuple(sorted((scaling or {}).items())))
+    key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in (scaling or {}).items()))
+    rotary = _rotary(rd, float(base), key)
     cos, sin = rotary.to(x.device)(q_rot, positions[None, :])
     q_embed, _ = apply_rotary_pos_emb(q_rot, q_rot, cos, sin)
     return torch.cat((q_embed, q_pass), dim=-1).reshape(x.shape)

@@ -91,6 +91,12 @@ def rope_scaled_inv_freq(
         extrapolation_factor = 1 - ramp
         freq = (1.0 / (s * pos_freqs)) * (1 - extrapolation_factor) + (1.0 / pos_freqs) * extrapolation_factor
         return freq, (0.1 * math.log(s) + 1.0 if s > 1 else 1.0)
+    if kind == "longrope":
+        original = int(scaling["original_max_position_embeddings"])
+        ext = torch.tensor(scaling["long_factor" if seq_len > original else "short_factor"], dtype=torch.float32)
+        pos_freqs = base ** (torch.arange(0, rd, 2, device=device, dtype=torch.int64).float() / rd)
+        attention = math.sqrt(1 + math.log(s) / math.log(original)) if s > 1 else 1.0
+        return 1.0 / (ext.to(device) * pos_freqs), attention
     if kind == "llama3":
         trained = float(scaling["original_max_position_embeddings"])
         low_f, high_f = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))

@@ -135,6 +135,11 @@ def scaled_inv_freq(
         original = int(scaling["original_max_position_embeddings"])
         return _theta(rd, rs.dynamic_ntk_base(base, s, rd, seq_len, original), u), 1.0
     th = _theta(rd, base, u)
+    if kind == "longrope":
+        # 1/(f_i·base^(2i/d)): f_i rounded to working precision, the product and the reciprocal rounded
+        inv_f = 1.0 / rs.longrope_factors(scaling, rd, seq_len)
+        factor = rs.longrope_attention_factor(s, int(scaling["original_max_position_embeddings"]))
+        return em.mul(r, th, Tracked(inv_f, u * inv_f, inv_f)), factor
     divided = em.mul(r, th, em.const(r, 1.0 / s))
     one = em.exact(np.ones_like(th.v))
     if kind == "linear":

@@ -71,6 +71,15 @@ def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim:
         params |= {"beta_fast": draw(st.sampled_from([16, 32, 64])), "beta_slow": draw(st.sampled_from([1, 2]))}
     if kind == "llama3":
         params |= {"low_freq_factor": 1.0, "high_freq_factor": draw(st.sampled_from([4.0, 2.0, 8.0]))}
+    if kind == "longrope":
+        # as Phi-3's: short factors near 1, long factors rising from 1 towards the low frequencies
+        rng = np.random.default_rng(draw(st.integers(0, 2**16), label="factor lists seed"))
+        half = rotary_dim // 2
+        params |= {
+            "original_max_position_embeddings": original,
+            "short_factor": [round(float(f), 4) for f in rng.uniform(1.0, 1.25, half)],
+            "long_factor": [round(float(f), 4) for f in np.sort(rng.uniform(1.0, 2 * factor, half))],
+        }
     return params
 
 

@@ -35,6 +35,10 @@ YARN = (
     "adjustment; seed-000 §Extending context: bands interpolated differently"
 )
 DYNAMIC = "seed-000 §Extending context with RoPE: NTK-aware scaling, applied to the running length (dynamic NTK)"
+LONGROPE = (
+    "seed-000 §Extending context with RoPE: bands interpolated differently; LongRoPE (Phi-3) divides each pair's "
+    "frequency by its own factor, the short list within the trained length L and the long list beyond"
+)
 
 
 def _agree(
@@ -210,6 +214,24 @@ def test_dynamic_stateless(adapter: Adapter, dtype: Format, record: Record, data
 
 #: the rules with frequency bands
 BANDED = ("yarn", "llama3")
+
+
+@check(
+    "rope_scaled/longrope-boundary",
+    "rope_scaling",
+    "LongRoPE uses the short factors for a call ending at position L − 1 (n = L) and the long ones for a call "
+    "ending at L, with √(1 + ln s/ln L) either way",
+    LONGROPE,
+    op="rope_scaled",
+    choices={RULE: ("longrope",)},
+)
+@given(data=st.data())
+def test_longrope_boundary(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(_case(adapter, dtype, ("longrope",)), label="case")
+    last = case.params["scaling"]["original_max_position_embeddings"] - 1 + data.draw(st.sampled_from([0, 1]))
+    t = case.inputs["x"].shape[-2]
+    positions = np.arange(last - t + 1, last + 1, dtype=np.int64)
+    check_forward(adapter, "rope_scaled", Case(dict(case.inputs, positions=positions), case.params), dtype, record)
 
 
 def _pair_mask(rd: int, d: int, layout: str, pairs: np.ndarray) -> np.ndarray:

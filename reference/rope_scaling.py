@@ -14,6 +14,9 @@ yarn       ``factor`` s, ``original_max_position_embeddings`` L, ``beta_fast`` (
            attention factor 0.1·ln(s) + 1
 llama3     ``factor`` s, ``low_freq_factor`` (1), ``high_freq_factor`` (4), ``original_max_position_embeddings``
            L: wavelengths below L/high kept, above L/low divided by s, smooth interpolation between
+longrope   ``factor`` s, ``original_max_position_embeddings`` L, ``short_factor`` and ``long_factor`` (one
+           factor f_i per rotated pair): θ'_i = θ_i/f_i, the short factors while n = max(positions) + 1 of
+           *this call* is at most L, the long ones beyond; attention factor √(1 + ln s/ln L) (LongRoPE, Phi-3)
 =========  ==================================================================================================
 
 The formulas are those of HF transformers' ``modeling_rope_utils`` (the project's tests compare them).
@@ -33,7 +36,7 @@ from reference.rope import Layout, rope, rope_inv_freq
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
-SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
+SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 
 
 def ntk_base(base: float, factor: float, rotary_dim: int) -> float:
@@ -50,6 +53,20 @@ def dynamic_ntk_base(base: float, factor: float, rotary_dim: int, seq_len: int, 
 def yarn_attention_factor(factor: float) -> float:
     """YaRN's attention temperature: 0.1·ln(s) + 1 (1 for s ≤ 1)."""
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def longrope_attention_factor(factor: float, original: int) -> float:
+    """LongRoPE's attention factor: √(1 + ln s/ln L) (1 for s ≤ 1)."""
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def longrope_factors(scaling: Mapping[str, Any], rotary_dim: int, seq_len: int) -> F64:
+    """The per-pair factors LongRoPE divides θ_i by for a call of ``seq_len`` positions: short up to L, long beyond."""
+    original = int(scaling["original_max_position_embeddings"])
+    ext = np.asarray(scaling["long_factor" if seq_len > original else "short_factor"], dtype=np.float64)
+    if ext.shape != (rotary_dim // 2,):
+        raise ValueError(f"LongRoPE needs {rotary_dim // 2} factors (one per rotated pair), got {ext.shape[0]}")
+    return ext
 
 
 def yarn_correction_range(
@@ -74,7 +91,8 @@ def yarn_ramp(rotary_dim: int, base: float, original: int, beta_fast: float, bet
 def scaled_inv_freq(
     rotary_dim: int, base: float, scaling: Mapping[str, Any] | None, seq_len: int | None = None
 ) -> tuple[F64, float]:
-    """(θ'_i, attention factor) for ``scaling`` (None: plain RoPE). ``seq_len`` is needed by "dynamic" only."""
+    """(θ'_i, attention factor) for ``scaling`` (None: plain RoPE). ``seq_len`` is needed by "dynamic" and
+    "longrope" only."""
     if scaling is None:
         return rope_inv_freq(rotary_dim, base), 1.0
     kind = scaling["type"]
@@ -89,6 +107,11 @@ def scaled_inv_freq(
             raise ValueError("dynamic NTK scaling needs the sequence length")
         original = int(scaling["original_max_position_embeddings"])
         return rope_inv_freq(rotary_dim, dynamic_ntk_base(base, s, rotary_dim, seq_len, original)), 1.0
+    if kind == "longrope":
+        if seq_len is None:
+            raise ValueError("LongRoPE scaling needs the sequence length")
+        original = int(scaling["original_max_position_embeddings"])
+        return theta / longrope_factors(scaling, rotary_dim, seq_len), longrope_attention_factor(s, original)
     if kind == "yarn":
         original = int(scaling["original_max_position_embeddings"])
         ramp = yarn_ramp(
@@ -105,7 +128,8 @@ def scaled_inv_freq(
 
 
 def scaled_angles(positions: I64, rotary_dim: int, base: float, scaling: Mapping[str, Any] | None) -> tuple[F64, float]:
-    """Angles m·θ'_i (T, d/2) and the attention factor; "dynamic" reads the length from the positions."""
+    """Angles m·θ'_i (T, d/2) and the attention factor; "dynamic" and "longrope" read the length from the
+    positions."""
     pos = np.asarray(positions)
     seq_len = int(pos.max()) + 1 if pos.size else 0
     inv, factor = scaled_inv_freq(rotary_dim, base, scaling, seq_len)

@@ -23,6 +23,13 @@ SCALING = {
     "dynamic": {"factor": 4.0, "original_max_position_embeddings": 4},
     "yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
     "llama3": {"factor": 8.0, "original_max_position_embeddings": 64, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    # rotary_dim 8: four pairs; positions up to 7, so the long factors
+    "longrope": {
+        "factor": 4.0,
+        "original_max_position_embeddings": 4,
+        "short_factor": [1.0, 1.1, 1.2, 1.05],
+        "long_factor": [1.0, 2.0, 4.5, 7.0],
+    },
 }
 
 

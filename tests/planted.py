@@ -6,6 +6,8 @@ must catch it. The project's tests run the conformance suite against all of them
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -222,6 +224,56 @@ class YarnNoTemperature(TorchAdapter):
         self.impl["rope_scaled"] = rope_scaled
 
 
+class _LongropeVariant(TorchAdapter):
+    """LongRoPE with a defect in ``long`` (which factor list a call of n positions takes) or ``attention``."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        _only(self, "rope_scaled")
+        inner = self.impl["rope_scaled"]
+
+        def rope_scaled(x, positions, base=10000.0, rotary_dim=None, scaling=None):  # type: ignore[no-untyped-def]
+            if scaling is None or scaling["type"] != "longrope":
+                return inner(x, positions, base, rotary_dim, scaling)
+            rd = x.shape[-1] if rotary_dim is None else rotary_dim
+            original = scaling["original_max_position_embeddings"]
+            ext = scaling["long_factor" if self.long(int(positions.max()) + 1, original) else "short_factor"]
+            pow_ = base ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd)
+            inv = 1.0 / (torch.tensor(ext, dtype=torch.float32) * pow_)
+            factor = self.attention(scaling["factor"], original)
+            return rope_torch(x, positions, base, rotary_dim, self.conventions.rope_layout, inv, factor)
+
+        self.impl["rope_scaled"] = rope_scaled
+
+    @staticmethod
+    def long(n: int, original: int) -> bool:
+        return n > original
+
+    @staticmethod
+    def attention(factor: float, original: int) -> float:
+        return math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
+
+
+class LongropeSwitchAtL(_LongropeVariant):
+    """LongRoPE that takes the long factors from n = L on (n ≥ L), one length early."""
+
+    name = "longrope-switch-at-l"
+
+    @staticmethod
+    def long(n: int, original: int) -> bool:
+        return n >= original
+
+
+class LongropeNoAttentionFactor(_LongropeVariant):
+    """LongRoPE without its attention factor √(1 + ln s/ln L)."""
+
+    name = "longrope-no-attention-factor"
+
+    @staticmethod
+    def attention(factor: float, original: int) -> float:
+        return 1.0
+
+
 class CeMeanOverAllTokens(TorchAdapter):
     """Mean cross-entropy that zeroes ignored tokens' losses but still divides by every token."""
 
@@ -277,6 +329,12 @@ BREAKS.update(
             "float32",
         ),
         YarnNoTemperature: ("rope_scaling", "rope_scaled/bands", "float32"),
+        LongropeSwitchAtL: ("rope_scaling", "rope_scaled/longrope-boundary", "float32"),
+        LongropeNoAttentionFactor: (
+            "rope_scaling",
+            ("rope_scaled/forward", "rope_scaled/longrope-boundary"),
+            "float32",
+        ),
         CeMeanOverAllTokens: ("cross_entropy_mean", "cross_entropy_mean/forward", "float32"),
         SoftcapHardClamp: ("softcap_z_loss", "softcap_z_loss/value", "float32"),
         ParamsIgnoreGqa: ("accounting", "accounting/param-count", None),

@@ -87,9 +87,10 @@ def test_hf_names_the_three_norm_families() -> None:
 
 
 def test_rope_scaling_rules_hf_offers() -> None:
-    """hf-llama declares rope_scaled with the rope types HF offers that the contract defines: no static NTK."""
+    """hf-llama declares rope_scaled with the rope types HF offers that the contract defines: no static NTK (and
+    HF's "proportional", a partial rotary with its exponents over the whole head, is not a contract rule)."""
     cap = load_adapter("hf-llama").capabilities["rope_scaled"]
-    assert cap.values == {"scaling.type": {"linear", "dynamic", "yarn", "llama3"}}
+    assert cap.values == {"scaling.type": {"linear", "dynamic", "yarn", "llama3", "longrope"}}
 
 
 def test_dynamic_ntk_keeps_state() -> None:

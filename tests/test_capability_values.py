@@ -85,10 +85,12 @@ def test_report_names_what_was_left_out(run: Run) -> None:
     (g,) = run.checks(adapter="narrow-declared", check="glu/gradient")
     assert g["extra"]["not_declared"] == {"activation": ["gelu_erf"]}
     (a,) = [a for a in run.report["adapters"] if a["name"] == "narrow-declared"]
-    assert a["capabilities"]["rope_scaled"]["values"] == {"scaling.type": ["dynamic", "linear", "llama3", "yarn"]}
+    assert a["capabilities"]["rope_scaled"]["values"] == {
+        "scaling.type": ["dynamic", "linear", "llama3", "longrope", "yarn"]
+    }
     md = render_markdown(run.report)
     assert "narrow-declared · `rope_scaled/forward` · float32 — scaling.type ntk not declared" in md
-    assert "declares only: rope_scaled scaling.type dynamic, linear, llama3, yarn" in md
+    assert "declares only: rope_scaled scaling.type dynamic, linear, llama3, longrope, yarn" in md
 
 
 def test_undeclared_part_fails(run: Run) -> None:

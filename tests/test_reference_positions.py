@@ -229,3 +229,58 @@ def test_param_count_matches_hf_meta_model(config: acc.ModelConfig, tied: bool) 
         model = transformers.LlamaForCausalLM(cfg)
     hf = sum(p.numel() for p in model.parameters())
     assert hf == acc.param_count(acc.ModelConfig(**{**config.__dict__, "tied": tied}))
+
+
+def _longrope(rd: int, original: int = 32, factor: float = 4.0) -> dict[str, Any]:
+    rng = np.random.default_rng(rd)
+    return {
+        "type": "longrope",
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        "short_factor": [float(f) for f in rng.uniform(1.0, 1.25, rd // 2)],
+        "long_factor": [float(f) for f in np.sort(rng.uniform(1.0, 2 * factor, rd // 2))],
+    }
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("last", [31, 99])  # n = L (short factors) and beyond (long factors)
+def test_longrope_vjp(layout: str, last: int) -> None:
+    """LongRoPE's VJP: factor·R(−angles)·g with the factor list of the call's length (seed-002 §3.4.2)."""
+    rng = np.random.default_rng(6)
+    pos = np.array([0, 5, 17, last])
+    x, g = rng.standard_normal((2, 4, 10)), _upstream(rng, (2, 4, 10))
+    for rd in (10, 6):
+        rule = _longrope(rd)
+        dx = rope_scaling.rope_scaled_vjp(x, pos, g, 10000.0, rd, rule, layout)  # type: ignore[arg-type]
+        assert_vjp(
+            lambda a, rd=rd, rule=rule: g * rope_scaling.rope_scaled(a, pos, 10000.0, rd, rule, layout), x, dx, rng
+        )  # type: ignore[arg-type]
+
+
+def test_longrope_switches_after_the_trained_length() -> None:
+    """Short factors while n ≤ L, long ones beyond; the attention factor √(1 + ln s/ln L) either way."""
+    rule = _longrope(8)
+    short, f1 = rope_scaling.scaled_inv_freq(8, 10000.0, rule, 32)
+    long, f2 = rope_scaling.scaled_inv_freq(8, 10000.0, rule, 33)
+    theta = rope_scaling.rope_inv_freq(8, 10000.0)
+    np.testing.assert_allclose(short, theta / np.array(rule["short_factor"]), rtol=1e-15)
+    np.testing.assert_allclose(long, theta / np.array(rule["long_factor"]), rtol=1e-15)
+    assert f1 == f2 == pytest.approx(math.sqrt(1 + math.log(4.0) / math.log(32)))
+    with pytest.raises(ValueError, match="needs 4 factors"):
+        rope_scaling.scaled_inv_freq(8, 10000.0, _longrope(6), 32)
+
+
+@pytest.mark.parametrize("dim", [8, 64, 128])
+def test_longrope_frequencies_match_hf(dim: int) -> None:
+    """The oracle's LongRoPE θ'_i and attention factor equal HF's ``longrope`` initialisation (float32), below and
+    beyond the trained length."""
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rule = _longrope(dim)
+    for seq_len in (32, 33):
+        cfg = _hf_config(dim, 10000.0, rule, 4 * 32)
+        inv, factor = ROPE_INIT_FUNCTIONS["longrope"](cfg, "cpu", seq_len)
+        want, want_factor = rope_scaling.scaled_inv_freq(dim, 10000.0, rule, seq_len)
+        np.testing.assert_allclose(inv.double().numpy(), want, rtol=(1.5 * math.log(10000.0) + 8) * 2.0**-24)
+        assert float(factor) == pytest.approx(want_factor, rel=1e-12)
