@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 import reference as ref
 from adapters.contract import Conventions
 from conformance import error_model as em
-from conformance.budgets import Inputs, _lse, _pick, rounding
+from conformance.budgets import Inputs, log_softmax, rounding, token_loss
 from conformance.dtypes import Format
 from conformance.error_model import Rounding, Tracked
 
@@ -34,7 +34,7 @@ def cross_entropy_mean(inputs: Inputs, params: Mapping[str, Any], conv: Conventi
     r = rounding("cross_entropy_mean", dtype, conv)
     valid, safe = _valid(inputs, params)
     logits = np.asarray(inputs["logits"], dtype=np.float64)[valid]
-    per = em.sub(r, _lse(r, logits), _pick(em.exact(logits), safe[valid]))
+    per = token_loss(r, logits, safe[valid])
     row = Tracked(per.v.reshape(1, -1), per.e.reshape(1, -1), per.m.reshape(1, -1))
     mean = em.mul(r, em.total(r, row), em.const(r, 1.0 / max(int(valid.sum()), 1)), unit=r.u_work)
     return Tracked(mean.v.reshape(()), mean.e.reshape(()), mean.m.reshape(()))
@@ -47,8 +47,7 @@ def cross_entropy_mean_vjp(
     r = rounding("cross_entropy_mean", dtype, conv, grad=True)
     valid, safe = _valid(inputs, params)
     logits = np.asarray(inputs["logits"], dtype=np.float64)
-    log_p = em.sub(r, em.exact(logits), _lse(r, logits))
-    p = em.exp(r, log_p, unit=r.u_work)
+    p = em.exp(r, log_softmax(r, logits), unit=r.u_work)
     onehot = np.zeros_like(p.v)
     np.put_along_axis(onehot, safe[..., None], 1.0, axis=-1)
     q = em.sub(r, p, em.exact(onehot), unit=r.u_work)
