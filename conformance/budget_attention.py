@@ -146,9 +146,16 @@ def attention_vjp_t(
     ds = em.mul(r, p, em.sub(r, dp, em.total(r, em.mul(r, dp, p))))
     if pr.tanh is not None:
         one = em.exact(np.ones_like(pr.tanh.v))
-        ds = em.mul(r, ds, em.sub(r, one, em.mul(r, pr.tanh, pr.tanh)))
-    dq = scale_by(r, em.matmul(r, ds, heads(k, idx)), sc)
-    dk = scale_by(r, em.matmul(r, swap(ds), q), sc)
+        sech2 = em.sub(r, one, em.mul(r, pr.tanh, pr.tanh))
+        # c·tanh(l/c) transposed op by op (autodiff of the unfused forward): ·c, ·(1 − t²), ·(1/c)
+        c = float(softcap or 1.0)  # a tanh is there only with a cap
+        transposed = scale_by(r, em.mul(r, scale_by(r, ds, c), sech2), 1.0 / c)
+        ds = em.widest(em.mul(r, ds, sech2), transposed)
+    # the scale applied after the products (q·kᵀ·s with s on the result's transpose last) or, as autodiff of
+    # (q·kᵀ)·s does, to ∂S first: each stored in between, which near zero costs a subnormal step per term
+    ds_scaled = scale_by(r, ds, sc)
+    dq = em.widest(scale_by(r, em.matmul(r, ds, heads(k, idx)), sc), em.matmul(r, ds_scaled, heads(k, idx)))
+    dk = em.widest(scale_by(r, em.matmul(r, swap(ds), q), sc), em.matmul(r, swap(ds_scaled), q))
     return (
         Tracked(dq.v, dq.e + em._store(r, dq.v, unit), dq.m),
         reduce_heads(r, dk, h_kv, unit),

@@ -279,11 +279,6 @@ def _lse(r: Rounding, logits: F64) -> Tracked:
     return em.add(r, mx, log_s)
 
 
-def _widest(a: Tracked, b: Tracked) -> Tracked:
-    """One value computed in either of two orders: the larger error bound of the two (their values agree)."""
-    return Tracked(a.v, np.maximum(a.e, b.e), np.maximum(a.m, b.m))
-
-
 def token_loss(r: Rounding, logits: F64, targets: np.ndarray, unit: float | None = None) -> Tracked:
     """z − u_target (..., 1) in either order a candidate takes: through the logsumexp (max + log Σ, less the
     target logit) or through the log-softmax (log Σ less the shifted target logit u_t − max, itself rounded:
@@ -291,13 +286,13 @@ def token_loss(r: Rounding, logits: F64, targets: np.ndarray, unit: float | None
     shifted, log_s, mx = _log_softmax_parts(r, logits)
     via_lse = em.sub(r, em.add(r, mx, log_s), _pick(em.exact(logits), targets), unit=unit)
     via_log_softmax = em.sub(r, log_s, _pick(shifted, targets), unit=unit)
-    return _widest(via_lse, via_log_softmax)
+    return em.widest(via_lse, via_log_softmax)
 
 
 def log_softmax(r: Rounding, logits: F64) -> Tracked:
     """log p = u − z in either order: u less the logsumexp, or the shifted u − max less log Σ."""
     shifted, log_s, mx = _log_softmax_parts(r, logits)
-    return _widest(em.sub(r, em.exact(logits), em.add(r, mx, log_s)), em.sub(r, shifted, log_s))
+    return em.widest(em.sub(r, em.exact(logits), em.add(r, mx, log_s)), em.sub(r, shifted, log_s))
 
 
 def cross_entropy(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:

@@ -141,6 +141,11 @@ def const(r: Rounding, c: float) -> Tracked:
     return Tracked(v, r.u_work * np.abs(v), np.abs(v))
 
 
+def widest(a: Tracked, b: Tracked) -> Tracked:
+    """One value computed in either of two orders: the larger error bound of the two (their values agree)."""
+    return Tracked(a.v, np.maximum(a.e, b.e), np.maximum(a.m, b.m))
+
+
 def neg(a: Tracked) -> Tracked:
     return Tracked(-a.v, a.e, a.m)
 
