@@ -1,7 +1,9 @@
 """Hypothesis profiles of the suite: select one with pytest's ``--hypothesis-profile=NAME``.
 
-* ``ci`` (the default) — derandomised: the same examples on every run and machine, so a gate's verdict
-  depends only on the candidate. Failures print the ``@reproduce_failure`` blob.
+* ``ci`` (the default) — derandomised: the same examples on every run and machine for the same code, so a
+  gate's verdict depends only on the candidate. (Hypothesis also draws, now and then, constants found in
+  local modules: editing the suite or a candidate module loaded from the working tree can move the sample.)
+  Failures print the ``@reproduce_failure`` blob.
 * ``dev`` — quick and random: a different sample each run, for local iteration.
 * ``thorough`` — many more examples, random, for a release or a new kernel.
 * ``ci-noshrink`` — ``ci`` without the shrink phase: the same examples and the same verdicts, the first
