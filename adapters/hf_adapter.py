@@ -24,6 +24,9 @@ gradients come from autograd. Declared, from the source and measured on transfor
   ``apply_rotary_pos_emb`` rotates in x's dtype, q·cos + rotate_half(q)·sin, one op at a time:
   ``unfused`` ``rope``. The layout is the half split. A partial rotary dimension is applied as HF's
   partial-rotary models do (GPT-NeoX, Phi): rotate x[..., :rotary_dim], pass the rest through;
+* ``rope_scaled`` builds the same rotary embedding from a configuration with HF's ``rope_type`` linear,
+  dynamic, yarn, llama3 or longrope (HF has no static NTK, so the capability declares those five). One
+  module per configuration, as a model holds one: dynamic NTK's state carries from call to call;
 * ``LlamaMLP`` runs its three ``nn.Linear`` layers and the SiLU as separate ops: ``unfused``
   ``swiglu_mlp``. HF takes the hidden width from the configuration (``intermediate_size``); it has no
   rule to compute it, so ``swiglu_hidden_dim`` is not declared;

@@ -1,6 +1,7 @@
-"""RoPE context extension: position interpolation, NTK-aware and dynamic NTK scaling, YaRN and Llama-3's
-band scaling, as the ``scaling`` rule of ``rope_scaled`` (seed-000 §Extending context with RoPE; seed-002
-§3.4.2 "What You Actually Decide in Practice")."""
+"""RoPE context extension: position interpolation, NTK-aware and dynamic NTK scaling, YaRN, Llama-3's band
+scaling and LongRoPE's per-pair factors, as the ``scaling`` rule of ``rope_scaled`` (seed-000 §Extending
+context with RoPE; seed-002 §3.4.2 "What You Actually Decide in Practice"). A rule the adapter does not
+declare (``Capability.values``) is never drawn."""
 
 from __future__ import annotations
 
