@@ -94,6 +94,9 @@ class InterruptsRun(NumpyAdapter):
             import os
             import signal
 
+            # as at a terminal: a process started in the background of a non-interactive shell inherits
+            # SIGINT ignored, and Python then leaves it ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             os.kill(os.getpid(), signal.SIGINT)
         return super().forward(op, inputs, params)
 
