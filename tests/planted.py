@@ -610,6 +610,24 @@ class MlpWithBias(_Only):
         self.impl["mlp"] = mlp
 
 
+class GluWithBias(_Only):
+    """A gated MLP built with nn.Linear(bias=True) for W₁, W₃ and W₂: the biases stayed."""
+
+    name = "glu-with-bias"
+    ops = ("glu_mlp",)
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+
+        def glu_mlp(x, w1, w3, w2, activation):  # type: ignore[no-untyped-def]
+            xf = x.float()
+            gate = ACTIVATIONS[activation](xf @ w1.float() + _linear_bias(*w1.shape))
+            hidden = gate * (xf @ w3.float() + _linear_bias(*w3.shape))
+            return (hidden @ w2.float() + _linear_bias(*w2.shape)).to(x.dtype)
+
+        self.impl["glu_mlp"] = glu_mlp
+
+
 def _block(
     adapter: TorchAdapter,
     *,
@@ -747,6 +765,7 @@ BREAKS.update(
         GeluSigmoidWithoutSlope: ("mlp", "mlp/forward", "float32"),
         GeluTanhBackwardErf: ("mlp", "mlp/gradient", "float32"),
         MlpWithBias: ("mlp", ("mlp/bias-free", "mlp/forward"), "float32"),
+        GluWithBias: ("mlp", ("glu/bias-free", "glu/forward"), "float32"),
         PostNormOnResidualPath: (
             "blocks",
             ("blocks/identity-path", "blocks/depth-identity-path", "blocks/radial-gradient", "blocks/forward"),
