@@ -24,7 +24,7 @@ from typing import Any
 from reports import perf_run
 from reports.badge import PASSED, colour, known, level
 from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, kind, legend, page
-from reports.html_perf import _num, adapters_of, perf_page
+from reports.html_perf import adapters_of, number, perf_page
 from reports.html_report import render_html
 from reports.schema import problem, validate
 from reports.writer import atomic_write
@@ -223,7 +223,7 @@ def history(runs: list[Run]) -> str:
         for name in _adapters(run):
             checks = [c for c in run.report["checks"] if c["adapter"] == name]
             passed = sum(c["status"] in PASSED for c in checks)
-            ulps = [u for u in (_num(c.get("max_ulp")) for c in checks) if u is not None]
+            ulps = [u for u in (number(c.get("max_ulp")) for c in checks) if u is not None]
             series[name].append((run.created, float(passed), max(ulps) if ulps else None))
     out = [
         '<section id="history"><h2>History</h2><p class="muted">Per adapter, over its runs in time order: the '

@@ -23,7 +23,8 @@ DTYPES = ("bfloat16", "float16", "float32")
 BASELINE = "torch"
 
 
-def _num(v: Any) -> float | None:
+def number(v: Any) -> float | None:
+    """``v`` as a finite float, or None (missing, not a number, NaN or infinite)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -77,7 +78,7 @@ def _forward_bytes(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], f
     forward+backward takes the fewest bytes of its results)."""
     out: dict[tuple[str, str], float] = {}
     for r in sorted(rows, key=lambda r: r["pass"] != PASSES[0]):
-        b = _num(r.get("bytes"))
+        b = number(r.get("bytes"))
         key = (str(r["size"]), str(r["dtype"]))
         if b is not None and (key not in out or (r["pass"] != PASSES[0] and b < out[key])):
             out[key] = b
@@ -102,11 +103,11 @@ def _plots(op: str, rows: Sequence[Mapping[str, Any]], adapters: list[str]) -> l
                     sel.sort(key=lambda r: xs.get((str(r["size"]), dtype), 0.0))
                     if not sel:
                         continue
-                    pts = [(xs.get((str(r["size"]), dtype), 0.0), _num(r.get(metric))) for r in sel]
+                    pts = [(xs.get((str(r["size"]), dtype), 0.0), number(r.get(metric))) for r in sel]
                     tips = [
-                        f"{a}, {p}, {r['size']}: {pct(_num(r.get('fraction')))} of {ceiling}, "
-                        f"{fmt_time(_num(r['time_s'].get('median')))}"
-                        + (f", ×{v:.2f} torch" if (v := _num(r.get("vs_torch"))) is not None else "")
+                        f"{a}, {p}, {r['size']}: {pct(number(r.get('fraction')))} of {ceiling}, "
+                        f"{fmt_time(number(r['time_s'].get('median')))}"
+                        + (f", ×{v:.2f} torch" if (v := number(r.get("vs_torch"))) is not None else "")
                         for r in sel
                     ]
                     lines.append(Line(f"{a} {p}", pts, colours[a], dashed=p != PASSES[0], tips=tips))
@@ -132,14 +133,14 @@ def _cells(r: Mapping[str, Any] | None) -> str:
     if r is None:
         return '<td class="num muted" colspan="4">not run</td>'
     t = r.get("time_s") or {}
-    median, iqr = _num(t.get("median")), _num(t.get("iqr"))
+    median, iqr = number(t.get("median")), number(t.get("iqr"))
     spread = f" <small>IQR {pct(iqr / median)}</small>" if median and iqr is not None else ""
-    rate = fmt_rate(_num(r.get("flop_rate")), "FLOP/s") if r.get("bound") == "compute" else None
-    rate = rate or fmt_rate(_num(r.get("bandwidth")), "B/s")
-    ratio = _num(r.get("vs_torch"))
+    rate = fmt_rate(number(r.get("flop_rate")), "FLOP/s") if r.get("bound") == "compute" else None
+    rate = rate or fmt_rate(number(r.get("bandwidth")), "B/s")
+    ratio = number(r.get("vs_torch"))
     return (
         f'<td class="num">{esc(fmt_time(median))}{spread}</td><td class="num">{esc(rate)}</td>'
-        f'<td class="num">{esc(pct(_num(r.get("fraction"))))}</td>'
+        f'<td class="num">{esc(pct(number(r.get("fraction"))))}</td>'
         f'<td class="num">{esc("—" if ratio is None else f"×{ratio:.2f}")}</td>'
     )
 
@@ -175,12 +176,12 @@ def _ceilings(run: Mapping[str, Any]) -> str:
             continue
         copy = c.get("kind") == "copy"
         unit = "B/s" if copy else "FLOP/s"
-        size = fmt_bytes(_num(c.get("size")) or 0) if copy else f"n = {esc(c.get('size'))}"
+        size = fmt_bytes(number(c.get("size")) or 0) if copy else f"n = {esc(c.get('size'))}"
         rows.append(
             f"<tr><td>{'copy bandwidth (read + write)' if copy else 'matmul rate'}</td>"
             f"<td>{esc(c.get('dtype') or '—')}</td><td>{esc(size)}</td>"
-            f'<td class="num">{esc(fmt_rate(_num(c.get("rate")), unit))}</td>'
-            f'<td class="num">{esc(fmt_rate(_num(c.get("median_rate")), unit))}</td></tr>'
+            f'<td class="num">{esc(fmt_rate(number(c.get("rate")), unit))}</td>'
+            f'<td class="num">{esc(fmt_rate(number(c.get("median_rate")), unit))}</td></tr>'
         )
     if not rows:
         return ""
