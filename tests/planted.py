@@ -301,6 +301,19 @@ class SoftcapHardClamp(TorchAdapter):
         ).to(logits.dtype)
 
 
+class SoftcapSkipped(TorchAdapter):
+    """The cap is never applied: z-loss of the raw logits, unbounded as they grow."""
+
+    name = "softcap-skipped"
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        _only(self, "softcap_z_loss")
+        self.impl["softcap_z_loss"] = lambda logits, alpha=1e-4, cap=30.0: (
+            alpha * torch.logsumexp(logits.float(), dim=-1) ** 2
+        ).to(logits.dtype)
+
+
 class ParamsIgnoreGqa(TorchAdapter):
     """Counts W_K and W_V as d × d whatever the number of KV heads."""
 
@@ -337,6 +350,7 @@ BREAKS.update(
         ),
         CeMeanOverAllTokens: ("cross_entropy_mean", "cross_entropy_mean/forward", "float32"),
         SoftcapHardClamp: ("softcap_z_loss", "softcap_z_loss/value", "float32"),
+        SoftcapSkipped: ("softcap_z_loss", ("softcap_z_loss/bounded", "softcap_z_loss/value"), "float32"),
         ParamsIgnoreGqa: ("accounting", "accounting/param-count", None),
     }
 )
