@@ -28,10 +28,13 @@ PYTHON = "3.11"
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project (editable) with the given extras. Set PIP_CONSTRAINT to pin versions, as the
-    project's CI does with constraints/ci.txt."""
+    """Install the project with the given extras, as a wheel (what users get: its folders under the one
+    import package transformer_conformance), rebuilt from the tree on every run. Set PIP_CONSTRAINT to pin
+    versions, as the project's CI does with constraints/ci.txt."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install(spec)
+    # the same version number on every build: make pip replace the installed copy with this tree's
+    session.run("pip", "install", "--no-deps", "--force-reinstall", "--quiet", ".", silent=True)
 
 
 #: Worker processes run tiny tensors: one intra-op thread each, so pytest-xdist's workers do not oversubscribe
@@ -114,9 +117,7 @@ def conformance(session: nox.Session) -> None:
     install(session, *adapter_extras(args))
     for pip_args in candidates:
         session.install(*pip_args)
-    if not _has_n(args):
-        args = ["-n", "auto", *args]
-    session.run("pytest", "conformance", "-p", "no:cacheprovider", *args, env=_threads())
+    session.run("transformer-conformance", *args, env=_threads())
 
 
 @nox.session(python=PYTHON)
@@ -131,11 +132,52 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "tests", *args, env=_threads())
 
 
+#: AdapterHub's library, whose import name is ``adapters``: the same as this repository's adapters/ folder
+ADAPTERHUB = "adapters==1.3.0"
+BOTH_IMPORT = """
+import adapters, transformer_conformance.adapters as tca
+assert 'transformer_conformance' not in adapters.__file__, adapters.__file__
+assert hasattr(adapters, 'AutoAdapterModel'), 'not AdapterHub'
+assert tca.Capability and tca.Conventions
+print('adapters', adapters.__version__, 'from', adapters.__file__)
+print('transformer_conformance.adapters from', tca.__file__)
+"""
+
+
+@nox.session(python=PYTHON)
+def wheel(session: nox.Session) -> None:
+    """The wheel built from the tree, installed beside AdapterHub's ``adapters`` package in one environment:
+    both import, and the installed suite runs (its folders install under transformer_conformance)."""
+    session.install(ADAPTERHUB)
+    tmp = Path(session.create_tmp())
+    for old in tmp.glob("*.whl"):
+        old.unlink()
+    session.run("pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp), ".")
+    (built,) = tmp.glob("transformer_conformance-*.whl")
+    session.install(str(built))
+    session.run("pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(built))
+    session.run("python", "-c", BOTH_IMPORT)
+    out = tmp / "run"
+    session.chdir(tmp)
+    session.run(
+        "transformer-conformance", "--adapter", "numpy", "--behaviour", "rms_norm", "-n", "0", "-q",
+        "--report-dir", str(out),
+    )  # fmt: skip
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     install(session, "torch", "dev")
     session.run("ruff", "check", ".")
-    session.run("mypy", "reference", "adapters", "conformance", "reports", "benchmarks", "mutants")
+    # mypy reads the package as installed (its folders under transformer_conformance): a copy of the
+    # wheel's files in .lint/ (errors name .lint/transformer_conformance/<folder>/...), with the
+    # repository's benchmarks and mutants beside it
+    session.run("rm", "-rf", ".lint", external=True)
+    session.run("pip", "install", "--quiet", "--no-deps", "--target", ".lint", ".", silent=True)
+    session.run(
+        "mypy", "--explicit-package-bases", ".lint/transformer_conformance", "benchmarks", "mutants",
+        env={"MYPYPATH": ".lint"},
+    )
 
 
 def _option_value(args: list[str], name: str) -> str | None:
@@ -176,7 +218,7 @@ def report(session: nox.Session) -> None:
     if not session.posargs:
         session.error("give the report.json files to merge: nox -s report -- REPORT.json ...")
     install(session)
-    session.run("python", "-m", "reports.dashboard", *session.posargs)
+    session.run("python", "-m", "transformer_conformance.reports.dashboard", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,6 +1,6 @@
 """Adapters: candidate implementations exposed through one contract (docs/adapter-contract.md)."""
 
-from adapters.contract import (
+from transformer_conformance.adapters.contract import (
     CHOICES,
     OPS,
     Adapter,
@@ -11,7 +11,7 @@ from adapters.contract import (
     capabilities,
     validate,
 )
-from adapters.registry import BUILTIN, DEFAULT, AdapterLoadError, load_adapter
+from transformer_conformance.adapters.registry import BUILTIN, DEFAULT, AdapterLoadError, load_adapter
 
 __all__ = [
     "BUILTIN",

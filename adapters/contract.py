@@ -26,9 +26,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from reference.blocks import BLOCK_INPUTS
-from reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
-from reference.rope_scaling import SCALING_TYPES
+from transformer_conformance.reference.blocks import BLOCK_INPUTS
+from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
+from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
 
 @dataclass(frozen=True)

@@ -6,24 +6,24 @@ import importlib
 import inspect
 from importlib.metadata import entry_points
 
-from adapters.contract import Adapter, ContractError, validate
-from adapters.extras import EXTRAS  # noqa: F401 - re-exported: the extra each built-in adapter needs
+from transformer_conformance.adapters.contract import Adapter, ContractError, validate
+from transformer_conformance.adapters.extras import EXTRAS  # noqa: F401 - re-exported: the extra each built-in adapter needs
 
 #: Built-in adapters: name -> "module:factory".
 BUILTIN: dict[str, str] = {
-    "numpy": "adapters.numpy_oracle:NumpyAdapter",
-    "torch": "adapters.torch_adapter:TorchAdapter",
-    "torch-compile": "adapters.torch_compile_adapter:TorchCompileAdapter",
-    "torch-compile-full": "adapters.torch_compile_adapter:TorchCompileFullAdapter",
-    "jax": "adapters.jax_adapter:JaxAdapter",
-    "flax": "adapters.flax_adapter:FlaxLinenAdapter",
-    "flax-nnx": "adapters.flax_adapter:FlaxNnxAdapter",
-    "hf-llama": "adapters.hf_adapter:HFLlamaAdapter",
-    "hf-gemma": "adapters.hf_adapter:HFGemmaAdapter",
-    "hf-t5": "adapters.hf_adapter:HFT5Adapter",
-    "liger": "adapters.liger_adapter:LigerAdapter",
-    "liger-gemma": "adapters.liger_adapter:LigerGemmaAdapter",
-    "liger-none": "adapters.liger_adapter:LigerNoneAdapter",
+    "numpy": "transformer_conformance.adapters.numpy.adapter:NumpyAdapter",
+    "torch": "transformer_conformance.adapters.torch.adapter:TorchAdapter",
+    "torch-compile": "transformer_conformance.adapters.torch.compile:TorchCompileAdapter",
+    "torch-compile-full": "transformer_conformance.adapters.torch.compile:TorchCompileFullAdapter",
+    "jax": "transformer_conformance.adapters.jax.adapter:JaxAdapter",
+    "flax": "transformer_conformance.adapters.flax.adapter:FlaxLinenAdapter",
+    "flax-nnx": "transformer_conformance.adapters.flax.adapter:FlaxNnxAdapter",
+    "hf-llama": "transformer_conformance.adapters.hf.adapter:HFLlamaAdapter",
+    "hf-gemma": "transformer_conformance.adapters.hf.adapter:HFGemmaAdapter",
+    "hf-t5": "transformer_conformance.adapters.hf.adapter:HFT5Adapter",
+    "liger": "transformer_conformance.adapters.liger.adapter:LigerAdapter",
+    "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
+    "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
 }
 
 

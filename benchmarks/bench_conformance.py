@@ -1,6 +1,6 @@
 """How long the CI-profile conformance run takes (a benchmark, never a test).
 
-Runs ``pytest conformance`` in a subprocess for each adapter given (default: torch), ``--repeat`` times,
+Runs ``python -m transformer_conformance.conformance`` in a subprocess for each adapter given (default: torch), ``--repeat`` times,
 and prints wall time (median and spread) and the per-behaviour check time from the run's report.
 
     python benchmarks/bench_conformance.py --adapter torch --repeat 3 --workers 2
@@ -28,16 +28,14 @@ def run_once(adapter: str, workers: str, profile: str) -> tuple[float, dict[str,
             [
                 sys.executable,
                 "-m",
-                "pytest",
-                "conformance",
+                "transformer_conformance.conformance",
                 "-q",
-                "-p",
-                "no:cacheprovider",
                 f"--adapter={adapter}",
                 f"--hypothesis-profile={profile}",
                 "--report-dir",
                 tmp,
-                *(["-n", workers] if workers != "0" else []),
+                "-n",
+                workers,
             ],
             cwd=ROOT,
             capture_output=True,

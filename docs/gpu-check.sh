@@ -28,7 +28,7 @@ unset TRITON_INTERPRET  # Liger's kernels compiled for the GPU, not interpreted
 status=0
 for a in "${adapters[@]}"; do
     echo "== $a on cuda"
-    timeout 600 python -m pytest conformance -q -p no:cacheprovider -n 4 --adapter "$a" --device cuda \
+    timeout 600 transformer-conformance -q -n 4 --adapter "$a" --device cuda \
         --report-dir "reports/out/gpu/$a" || status=1
     if [[ "$a" == liger* ]]; then  # the kernels must have run compiled, not under Triton's interpreter
         python - "$a" <<'PY' || status=1

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapters.torch_adapter import TorchAdapter, llama_hidden_dim
 from mutants.building_blocks import (
     CrossEntropyFusedBackward,
     RmsNormWeightGradLowPrecision,
@@ -34,15 +33,16 @@ from mutants.building_blocks import (
     rope_variant,
     tree_sum,
 )
+from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
 BEHAVIOURS: dict[str, str] = {
-    "rms_norm": "conformance/test_rmsnorm.py",
-    "layer_norm": "conformance/test_layernorm.py",
-    "rope": "conformance/test_rope.py",
-    "swiglu": "conformance/test_swiglu.py",
-    "cross_entropy": "conformance/test_losses.py",
-    "z_loss": "conformance/test_losses.py",
+    "rms_norm": "test_rmsnorm.py",
+    "layer_norm": "test_layernorm.py",
+    "rope": "test_rope.py",
+    "swiglu": "test_swiglu.py",
+    "cross_entropy": "test_losses.py",
+    "z_loss": "test_losses.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from mutants.catalogue import BEHAVIOURS, CATALOGUE, Mutant  # noqa: E402
-from reports.writer import atomic_write  # noqa: E402
+from transformer_conformance.reports.writer import atomic_write  # noqa: E402
 
 SCHEMA = "transformer-conformance/mutants"
 SCHEMA_VERSION = 1
@@ -39,17 +39,16 @@ def run_behaviour(behaviour: str, mutants: list[Mutant], out: Path, workers: str
     cmd = [
         sys.executable,
         "-m",
-        "pytest",
+        "transformer_conformance.conformance",
         BEHAVIOURS[behaviour],
         "-q",
-        "-p",
-        "no:cacheprovider",
         f"--behaviour={behaviour}",
         f"--adapter={','.join(m.spec for m in mutants)}",
         f"--hypothesis-profile={profile}",
         "--report-dir",
         str(report_dir),
-        *(["-n", workers] if workers != "0" else []),
+        "-n",
+        workers,
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     path = report_dir / "report.json"

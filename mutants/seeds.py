@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from adapters.registry import BUILTIN  # noqa: E402
-from conformance.expectations import load  # noqa: E402
-from reports.writer import atomic_write  # noqa: E402
+from transformer_conformance.adapters.registry import BUILTIN  # noqa: E402
+from transformer_conformance.conformance.runner.expectations import load  # noqa: E402
+from transformer_conformance.reports.writer import atomic_write  # noqa: E402
 
 EXPECTATIONS = ROOT / "expectations"
 
@@ -53,17 +53,15 @@ def run_seed(
     cmd = [
         sys.executable,
         "-m",
-        "pytest",
-        "conformance",
+        "transformer_conformance.conformance",
         "-q",
-        "-p",
-        "no:cacheprovider",
         f"--adapter={','.join(adapters)}",
         f"--hypothesis-profile={profile}",
         f"--hypothesis-seed={seed}",
         "--report-dir",
         str(report_dir),
-        *(["-n", workers] if workers != "0" else []),
+        "-n",
+        workers,
         *(f"--expectations={p}" for p in expect or []),
         *([f"--behaviour={','.join(behaviours)}"] if behaviours else []),
     ]

@@ -9,11 +9,24 @@ Citations name the seed documents by short id (see ``docs/seeds.md``):
 * ``seed-004`` — the article on positional encoding and the residual stream
 """
 
-from reference import accounting, positions, rope_scaling
-from reference.losses import cross_entropy, cross_entropy_vjp, logsumexp, softmax, z_loss, z_loss_vjp
-from reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
-from reference.rope import rope, rope_angles, rope_inv_freq, rope_pair_indices, rope_vjp
-from reference.swiglu import mlp_param_count, silu, swiglu_hidden_dim, swiglu_mlp, swiglu_mlp_vjp
+from transformer_conformance.reference import accounting, positions, rope_scaling
+from transformer_conformance.reference.losses import (
+    cross_entropy,
+    cross_entropy_vjp,
+    logsumexp,
+    softmax,
+    z_loss,
+    z_loss_vjp,
+)
+from transformer_conformance.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from transformer_conformance.reference.rope import rope, rope_angles, rope_inv_freq, rope_pair_indices, rope_vjp
+from transformer_conformance.reference.swiglu import (
+    mlp_param_count,
+    silu,
+    swiglu_hidden_dim,
+    swiglu_mlp,
+    swiglu_mlp_vjp,
+)
 
 __all__ = [
     "accounting",

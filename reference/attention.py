@@ -20,8 +20,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.norms import rms_norm, rms_norm_vjp
-from reference.rope import Layout, rope, rope_vjp
+from transformer_conformance.reference.norms import rms_norm, rms_norm_vjp
+from transformer_conformance.reference.rope import Layout, rope, rope_vjp
 
 F64 = NDArray[np.float64]
 Alignment = Literal["bottom_right", "top_left"]

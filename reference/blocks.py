@@ -25,10 +25,10 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.attention import attention, attention_vjp
-from reference.norms import rms_norm, rms_norm_vjp
-from reference.rope import Layout, rope, rope_vjp
-from reference.swiglu import swiglu_mlp, swiglu_mlp_vjp
+from transformer_conformance.reference.attention import attention, attention_vjp
+from transformer_conformance.reference.norms import rms_norm, rms_norm_vjp
+from transformer_conformance.reference.rope import Layout, rope, rope_vjp
+from transformer_conformance.reference.swiglu import swiglu_mlp, swiglu_mlp_vjp
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.blocks import AttentionShape, Placement, stack_gradients
+from transformer_conformance.reference.blocks import AttentionShape, Placement, stack_gradients
 
 F64 = NDArray[np.float64]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.swiglu import sigmoid
+from transformer_conformance.reference.swiglu import sigmoid
 
 F64 = NDArray[np.float64]
 

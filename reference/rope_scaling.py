@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.rope import Layout, rope, rope_inv_freq
+from transformer_conformance.reference.rope import Layout, rope, rope_inv_freq
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]

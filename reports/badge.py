@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.html_page import esc
+from transformer_conformance.reports.html_page import esc
 
 #: statuses of checks the adapters declare (``unsupported`` ones are not declared)
 DECLARED = ("passed", "failed", "error", "skipped", "known_failure", "unexpectedly_passed")

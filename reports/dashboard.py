@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports import perf_run
-from reports.badge import PASSED, colour, known, level
-from reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, kind, legend, page
-from reports.html_perf import adapters_of, number, perf_page
-from reports.html_report import render_html
-from reports.schema import problem, validate
-from reports.writer import atomic_write
+from transformer_conformance.reports import perf_run
+from transformer_conformance.reports.badge import PASSED, colour, known, level
+from transformer_conformance.reports.html_page import STATUS_MARK, STATUS_WORD, esc, fmt_ulp, kind, legend, page
+from transformer_conformance.reports.html_perf import adapters_of, number, perf_page
+from transformer_conformance.reports.html_report import render_html
+from transformer_conformance.reports.schema import problem, validate
+from transformer_conformance.reports.writer import atomic_write
 
 DEFAULT_OUT = Path("reports/site")
 #: a merged cell shows its worst status (an expectation file's verdicts rank between a failure and a pass)

@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reports.html_page import esc, page
-from reports.svg_plot import PALETTE, Line, Reference, plot
+from transformer_conformance.reports.html_page import esc, page
+from transformer_conformance.reports.svg_plot import PALETTE, Line, Reference, plot
 
 BEHAVIOURS = ("rms_norm", "layer_norm", "rope", "swiglu_mlp", "cross_entropy", "z_loss")
 PASSES = ("forward", "forward+backward")

@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from reports.html_page import DTYPE_ORDER, esc, fmt_ulp
-from reports.svg_plot import DTYPE_COLOURS, PALETTE, Line, Scale, fmt_number, fmt_power_of_two, plot
+from transformer_conformance.reports.html_page import DTYPE_ORDER, esc, fmt_ulp
+from transformer_conformance.reports.svg_plot import (
+    DTYPE_COLOURS,
+    PALETTE,
+    Line,
+    Scale,
+    fmt_number,
+    fmt_power_of_two,
+    plot,
+)
 
 #: per coordinate: the x-axis label, its scale, how a bucket reads in a tooltip, and what the plot shows
 AXES: dict[str, tuple[str, Scale, str]] = {

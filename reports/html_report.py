@@ -14,7 +14,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from reports.html_page import (
+from transformer_conformance.reports.html_page import (
     DTYPE_ORDER,
     STATUS_MARK,
     STATUS_WORD,
@@ -27,9 +27,9 @@ from reports.html_page import (
     page,
     safe_filename,
 )
-from reports.html_perf import perf_section
-from reports.html_plots import precision_plots
-from reports.repro_script import repro_script
+from transformer_conformance.reports.html_perf import perf_section
+from transformer_conformance.reports.html_plots import precision_plots
+from transformer_conformance.reports.repro_script import repro_script
 
 NONE = "—"  # the dtype column of checks that take no dtype
 

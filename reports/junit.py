@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
-from reports.html_page import kind
+from transformer_conformance.reports.html_page import kind
 
 # XML 1.0 has no place for most control characters; a candidate's message may hold any
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from reports.html_page import kind, not_declared
+from transformer_conformance.reports.html_page import kind, not_declared
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 MARK = {

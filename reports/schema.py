@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reports.writer import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION
+from transformer_conformance.reports.writer import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from reports.html_page import esc
+from transformer_conformance.reports.html_page import esc
 
 Scale = Literal["linear", "log", "log2", "log1p"]
 

@@ -22,11 +22,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from reports.badge import render_badge
-from reports.html_page import kind
-from reports.html_report import render_html
-from reports.junit import render_junit
-from reports.markdown import render_markdown
+from transformer_conformance.reports.badge import render_badge
+from transformer_conformance.reports.html_page import kind
+from transformer_conformance.reports.html_report import render_html
+from transformer_conformance.reports.junit import render_junit
+from transformer_conformance.reports.markdown import render_markdown
 
 SCHEMA = "transformer-conformance/report"
 SCHEMA_VERSION = 2

@@ -11,10 +11,10 @@ from unittest import mock
 
 import numpy as np
 
-from adapters.contract import CHOICES, Adapter
-from conformance.checks import Record, check_forward, check_vjp
-from conformance.dtypes import Format, fmt
-from conformance.strategies import Case, fill
+from transformer_conformance.adapters.contract import CHOICES, Adapter
+from transformer_conformance.conformance.harness.compare import Record, check_forward, check_vjp
+from transformer_conformance.conformance.strategies.common import Case, fill
+from transformer_conformance.reference.formats import Format, fmt
 
 #: the parameters of each RoPE scaling rule in the smoke examples
 SCALING = {
@@ -87,7 +87,7 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
 @contextmanager
 def outside_hypothesis() -> Iterator[None]:
     """Let the checks run outside a Hypothesis test (they steer its search with ``target``)."""
-    with mock.patch("conformance.checks.target", lambda *a, **k: None):
+    with mock.patch("transformer_conformance.conformance.harness.compare.target", lambda *a, **k: None):
         yield
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.numpy_oracle import NumpyAdapter
-from adapters.torch_adapter import TorchAdapter
+from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
+from transformer_conformance.adapters.torch.adapter import TorchAdapter
 
 
 def torch_top_left(device: str = "cpu") -> TorchAdapter:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.contract import CHOICES, Capability
-from adapters.torch_adapter import TorchAdapter
+from transformer_conformance.adapters.contract import CHOICES, Capability
+from transformer_conformance.adapters.torch.adapter import TorchAdapter
 
 F32 = frozenset({"float32"})
 MISSING = {"rope_scaled": ("scaling.type", "ntk"), "glu_mlp": ("activation", "gelu_erf")}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformer_conformance.conformance.runner.cli import has_n
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,18 +30,16 @@ class Run:
 
 
 def run_suite(report_dir: Path, *args: str, timeout: float = 600) -> Run:
-    """``pytest ARGS --report-dir REPORT_DIR`` in the repository, as a subprocess; ARGS without a test path
-    run the whole conformance directory."""
-    paths = [] if any(a.startswith("conformance/") for a in args) else ["conformance"]
+    """``transformer-conformance -n 0 -q --report-dir REPORT_DIR ARGS`` from the repository (so that
+    ``tests.planted:...`` imports), as a subprocess; check modules named in ARGS (``test_rmsnorm.py``) narrow
+    the run to them."""
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "pytest",
-            *paths,
+            "transformer_conformance.conformance",
+            *([] if has_n(list(args)) else ["-n", "0"]),
             "-q",
-            "-p",
-            "no:cacheprovider",
             "--report-dir",
             str(report_dir),
             *args,

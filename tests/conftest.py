@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.triton_env import interpret_triton_without_cuda
 from tests.conformance_run import Run, run_suite
+from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
 
 # the liger adapter's tests need Triton's interpreter on a CPU, switched on before anything imports triton
 # (torch.compile's inductor does, in the tests that compile)
@@ -14,8 +14,8 @@ interpret_triton_without_cuda()
 #: a planted defect (z-loss as α·z) and a candidate whose error message carries markup, on two checks
 DEFECT_ARGS = (
     "--adapter=tests.planted:ZLossLinear,tests.faulty:Raises",
-    "conformance/test_losses.py",
-    "conformance/test_rmsnorm.py",
+    "test_losses.py",
+    "test_rmsnorm.py",
     "-k",
     "z_loss_value or rmsnorm.py and forward",
     "--dtype=float32",
@@ -36,7 +36,7 @@ def builtin_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = run_suite(
         tmp_path_factory.mktemp("builtin-run"),
         "--adapter=numpy,torch",
-        "conformance/test_losses.py",
+        "test_losses.py",
         "-k",
         "z_loss_value",
         "--dtype=float32",

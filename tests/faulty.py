@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters import Capability
-from adapters.numpy_oracle import NumpyAdapter
+from transformer_conformance.adapters import Capability
+from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
 
 
 class Raises(NumpyAdapter):

@@ -12,10 +12,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapters.contract import Capability
-from adapters.torch_adapter import TorchAdapter, llama_hidden_dim, rope_torch
-from adapters.torch_blocks import ACTIVATIONS, attention_f32, rope_float32
-from adapters.torch_positions import llama_param_count, rope_scaled_inv_freq
+from transformer_conformance.adapters.contract import Capability
+from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
+from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, attention_f32, rope_float32
+from transformer_conformance.adapters.torch.positions import llama_param_count, rope_scaled_inv_freq
+from transformer_conformance.adapters.torch.tensors import rope_torch
 
 # Each planted adapter declares only the operation it breaks, so the run spends its time on the checks
 # that must catch it (the correct operations are the torch adapter's, which the conformance run covers).
@@ -549,7 +550,7 @@ class SizingAlways8Over3(_Only):
 
     def forward(self, op, inputs, params):  # type: ignore[no-untyped-def]
         if op == "ffn_hidden_dim":
-            from adapters.torch_blocks import ffn_hidden_dim
+            from transformer_conformance.adapters.torch.blocks import ffn_hidden_dim
 
             return np.asarray(
                 ffn_hidden_dim(**{**params, "base_ratio": 4 if params["gated"] else params["base_ratio"]})

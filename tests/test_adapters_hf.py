@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from adapters.registry import load_adapter
-from conformance.checks import CheckFailure, Record, check_forward
-from conformance.dtypes import fmt
-from conformance.strategies import Case, fill
 from tests.adapter_smoke import outside_hypothesis, smoke
+from transformer_conformance.adapters.registry import load_adapter
+from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward
+from transformer_conformance.conformance.strategies.common import Case, fill
+from transformer_conformance.reference.formats import fmt
 
 
 @pytest.mark.parametrize("name", ["hf-llama", "hf-gemma", "hf-t5"])
@@ -46,7 +46,7 @@ def test_cast_before_weight_is_enforced(name: str) -> None:
 def test_gemma_weight_offset() -> None:
     """GemmaRMSNorm computes norm(x)·(1 + w): the adapter passes w = γ − 1. Passing γ itself (a converter
     that forgets the offset) is caught."""
-    from adapters.hf_adapter import HFGemmaAdapter
+    from transformer_conformance.adapters.hf.adapter import HFGemmaAdapter
 
     adapter = load_adapter("hf-gemma")
     case = _norm_case("float32")
@@ -65,8 +65,8 @@ def test_gemma_weight_offset() -> None:
 
 def test_gemma_offset_budget_counts_the_stored_weight() -> None:
     """In bfloat16, γ − 1 is not always representable: the declared offset charges that rounding."""
-    from adapters.contract import Conventions
-    from conformance import budgets
+    from transformer_conformance.adapters.contract import Conventions
+    from transformer_conformance.conformance.budgets import registry as budgets
 
     dtype = fmt("bfloat16")
     w = np.array([-3.03125, 1.5], dtype=dtype.np_dtype)  # −4.03125 needs 9 bits; 0.5 is exact
@@ -78,8 +78,8 @@ def test_gemma_offset_budget_counts_the_stored_weight() -> None:
 
 def test_hf_names_the_three_norm_families() -> None:
     """`--adapter hf` runs every HF adapter, and nox installs their extra for it."""
-    from adapters.extras import EXTRAS
-    from adapters.registry import BUILTIN, expand
+    from transformer_conformance.adapters.extras import EXTRAS
+    from transformer_conformance.adapters.registry import BUILTIN, expand
 
     assert expand(["numpy", "hf"]) == ["numpy", "hf-llama", "hf-gemma", "hf-t5"]
     assert all(name in BUILTIN and EXTRAS[name] == "hf" for name in expand(["hf"]))

@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("flax")
 
-from adapters.registry import load_adapter
-from conformance.checks import CheckFailure, Record, check_forward
-from conformance.dtypes import fmt
-from conformance.strategies import Case, fill
 from tests.adapter_smoke import outside_hypothesis, smoke
+from transformer_conformance.adapters.registry import load_adapter
+from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward
+from transformer_conformance.conformance.strategies.common import Case, fill
+from transformer_conformance.reference.formats import fmt
 
 
 @pytest.mark.parametrize("name", ["jax", "flax", "flax-nnx"])
@@ -35,7 +35,7 @@ def test_flax_declares_only_its_norms() -> None:
 
 def test_flax_default_output_is_promoted() -> None:
     """By default a bfloat16 input gives a float32 output (fp32 parameters); the adapter casts it once."""
-    from adapters.flax_adapter import FlaxLinenAdapter
+    from transformer_conformance.adapters.flax.adapter import FlaxLinenAdapter
 
     dtype = fmt("bfloat16")
     inputs = {"x": fill(dtype, (2, 8), 1.0, 0), "weight": fill(dtype, (8,), 0.5, 1, offset=1.0)}
@@ -48,8 +48,8 @@ def test_flax_default_output_is_promoted() -> None:
 def test_one_pass_variance_is_enforced() -> None:
     """Flax's LayerNorm declared with a two-pass variance is caught where the one-pass formula cancels:
     rows whose mean is large against their spread."""
-    from adapters.contract import Conventions
-    from adapters.flax_adapter import FlaxLinenAdapter
+    from transformer_conformance.adapters.contract import Conventions
+    from transformer_conformance.adapters.flax.adapter import FlaxLinenAdapter
 
     declared = FlaxLinenAdapter()
     undeclared = FlaxLinenAdapter()

@@ -14,11 +14,11 @@ import pytest
 if find_spec("liger_kernel") is None or find_spec("triton") is None:
     pytest.skip("liger-kernel and triton are not installed", allow_module_level=True)
 
-from adapters.registry import load_adapter
-from conformance.checks import CheckFailure, Record, call_op, check_forward, check_vjp
-from conformance.dtypes import fmt
-from conformance.strategies import Case, fill
 from tests.adapter_smoke import case, outside_hypothesis, smoke
+from transformer_conformance.adapters.registry import load_adapter
+from transformer_conformance.conformance.harness.compare import CheckFailure, Record, call_op, check_forward, check_vjp
+from transformer_conformance.conformance.strategies.common import Case, fill
+from transformer_conformance.reference.formats import fmt
 
 pytestmark = pytest.mark.xdist_group("triton")  # one worker imports Triton (and Liger) once
 
@@ -35,7 +35,7 @@ def test_smoke(name: str) -> None:
 
 
 def test_declarations() -> None:
-    from adapters import liger_adapter
+    from transformer_conformance.adapters.liger import adapter as liger_adapter
 
     adapter = load_adapter("liger")
     conv = adapter.conventions
@@ -128,7 +128,7 @@ def test_grad_in_forward_is_enforced() -> None:
     """Liger's cross-entropy keeps (softmax − onehot) in float16 and multiplies it by the cotangent
     afterwards: two roundings. Undeclared, the float16 gradient fails; declared, it passes (measured under
     the interpreter)."""
-    from adapters import liger_adapter
+    from transformer_conformance.adapters.liger import adapter as liger_adapter
 
     if not liger_adapter.INTERPRETED:
         pytest.skip("the example is measured under the interpreter")
@@ -144,8 +144,8 @@ def test_grad_in_forward_is_enforced() -> None:
 
 def test_grad_in_forward_budget() -> None:
     """The declaration charges one rounding of ∂loss/∂u to the input dtype before the product with g."""
-    from adapters.contract import Conventions
-    from conformance import budgets
+    from transformer_conformance.adapters.contract import Conventions
+    from transformer_conformance.conformance.budgets import registry as budgets
 
     dtype = fmt("float16")
     c = case("cross_entropy", dtype)
@@ -164,7 +164,7 @@ def test_exp_via_exp2_declared() -> None:
     Undeclared it passes too since the budget also charges the rounding of t = x − max itself (the
     log-softmax order): over 1500 random rows Liger used at most 0.77 of the undeclared budget
     (docs/adapters.md), so no example separates the two any more."""
-    from conformance import budgets
+    from transformer_conformance.conformance.budgets import registry as budgets
 
     adapter, dtype = load_adapter("liger"), fmt("float32")
     logits = np.array([[-31.239698, -50.746395, -36.141903, -4.456827, -39.593666]], dtype=np.float32)
@@ -183,7 +183,7 @@ def test_exp_via_exp2_declared() -> None:
 
 def test_exp_via_exp2_budget() -> None:
     """exp(t) through exp2(t·log₂e) is charged u_work·|t| more in the exponent: e^t·u·|t| to first order."""
-    from conformance import error_model as em
+    from transformer_conformance.conformance.budgets import error_model as em
 
     t = em.exact(np.array([-60.0, -1.0, 0.0]))
     plain = em.exp(em.Rounding(2.0**-24, 2.0**-24), t)

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.numpy_oracle import NumpyAdapter
-from adapters.torch_adapter import TorchAdapter
-from conformance import budgets, oracle
-from conformance import strategies_blocks as sb
-from conformance.dtypes import fmt
-from conformance.strategies import Case
+from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
+from transformer_conformance.adapters.torch.adapter import TorchAdapter
+from transformer_conformance.conformance.budgets import registry as budgets
+from transformer_conformance.conformance.strategies import blocks as sb
+from transformer_conformance.conformance.strategies.common import Case
+from transformer_conformance.reference import oracle
+from transformer_conformance.reference.formats import fmt
 
 CASES = {
     "attention": lambda dt: sb.attention_case(dt),

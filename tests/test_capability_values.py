@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.contract import CHOICES, Capability, ContractError, validate
-from reports import schema
-from reports.markdown import render_markdown
 from tests.choice_adapters import NarrowDeclared
 from tests.conformance_run import Run, run_suite
+from transformer_conformance.adapters.contract import CHOICES, Capability, ContractError, validate
+from transformer_conformance.reports import schema
+from transformer_conformance.reports.markdown import render_markdown
 
 pytestmark = pytest.mark.xdist_group("choices")
 

@@ -15,7 +15,7 @@ def test_top_left_declared_is_held_to_top_left(tmp_path: Path) -> None:
         tmp_path,
         "--adapter=tests.alignment_adapters:torch_top_left,tests.alignment_adapters:numpy_top_left",
         "--dtype=float32",
-        "conformance/test_attention.py",
+        "test_attention.py",
         "-k",
         "test_forward or test_causality or test_kv_cache or test_softcap_bound",
     )

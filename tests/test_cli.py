@@ -14,7 +14,7 @@ pytestmark = pytest.mark.xdist_group("cli")
 
 
 def _usage_error(tmp_path: Path, *args: str) -> str:
-    run = run_suite(tmp_path, *args, "conformance/test_rmsnorm.py")
+    run = run_suite(tmp_path, *args, "test_rmsnorm.py")
     assert run.returncode == 4, run.stdout[-1500:] + run.stderr[-1500:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1, run.stderr
@@ -58,7 +58,7 @@ def test_unwritable_report_dir(tmp_path: Path) -> None:
     """A report directory that cannot be written is a usage error, reported before any check runs."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    run = run_suite(blocker / "sub", "--adapter", "numpy", "conformance/test_rmsnorm.py")
+    run = run_suite(blocker / "sub", "--adapter", "numpy", "test_rmsnorm.py")
     assert run.returncode == 4
     assert "cannot write the report to" in run.stderr
 
@@ -69,8 +69,8 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_suite(
         tmp_path_factory.mktemp("faulty"),
         *[f"--adapter=tests.faulty:{n}" for n in names],
-        "conformance/test_rmsnorm.py",
-        "conformance/test_rope.py",
+        "test_rmsnorm.py",
+        "test_rope.py",
     )
 
 
@@ -130,7 +130,7 @@ def test_report_files(faulty_run: Run) -> None:
 def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path) -> None:
     """Ctrl-C in the middle of a run: exit 2, and a complete report of the verdicts reached so far."""
     run = run_suite(
-        tmp_path, "--adapter=tests.faulty:InterruptsRun", "conformance/test_rmsnorm.py", "conformance/test_rope.py"
+        tmp_path, "--adapter=tests.faulty:InterruptsRun", "test_rmsnorm.py", "test_rope.py"
     )
     assert run.returncode == 2, run.stdout[-1500:]
     r = run.report
@@ -147,8 +147,8 @@ def test_hang_is_stopped_and_reported(tmp_path: Path) -> None:
         "--adapter=tests.faulty:Hangs",
         "--example-timeout=0.5",
         "--dtype=float32",
-        "conformance/test_rmsnorm.py",
-        "conformance/test_rope.py",
+        "test_rmsnorm.py",
+        "test_rope.py",
     )
     assert run.returncode == 1
     hung = run.checks(check="rms_norm/forward")[0]
@@ -164,8 +164,8 @@ def test_crash_is_isolated(tmp_path: Path) -> None:
         "--dtype=float32",
         "-n",
         "1",
-        "conformance/test_rmsnorm.py",
-        "conformance/test_rope.py",
+        "test_rmsnorm.py",
+        "test_rope.py",
     )
     assert run.returncode == 1, run.stdout[-2000:]
     crashed = [c for c in run.checks(behaviour="rms_norm") if c["status"] == "failed"]

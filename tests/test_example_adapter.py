@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from adapters.registry import ENTRY_POINT_GROUP, AdapterLoadError, import_path, known_names, load_adapter
 from tests.conformance_run import ROOT, Run
+from transformer_conformance.adapters.registry import (
+    ENTRY_POINT_GROUP,
+    AdapterLoadError,
+    import_path,
+    known_names,
+    load_adapter,
+)
 
 EXAMPLE = ROOT / "docs" / "examples" / "tiny-kernels"
 ADAPTER = "tiny_kernels.conformance_adapter:TinyKernelsAdapter"
@@ -26,7 +32,17 @@ def run_from(cwd: Path, report_dir: Path, *args: str, path: tuple[Path, ...] = (
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (ROOT, *path))), OMP_NUM_THREADS="1")
     env.pop("GITHUB_STEP_SUMMARY", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance", "-n", "0", "-q", "--report-dir", str(report_dir), *args],
+        [
+            sys.executable,
+            "-m",
+            "transformer_conformance.conformance",
+            "-n",
+            "0",
+            "-q",
+            "--report-dir",
+            str(report_dir),
+            *args,
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance import expectations
-from reports.schema import validate
 from tests.conformance_run import Run, run_suite
+from transformer_conformance.conformance.runner import expectations
+from transformer_conformance.reports.schema import validate
 
 # the module-scoped runs stay on one pytest-xdist worker (the tests session uses --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("expectations")
 
 #: the planted z-loss defect (α·z for α·z²) breaks z_loss/value and z_loss/gradient; default-alpha passes
-ZLOSS = ("--adapter=tests.planted:ZLossLinear", "conformance/test_losses.py", "--behaviour=z_loss", "--dtype=float32")
+ZLOSS = ("--adapter=tests.planted:ZLossLinear", "test_losses.py", "--behaviour=z_loss", "--dtype=float32")
 
 KNOWN = """\
 # the planted defect's failures, as a user lists their candidate's
@@ -96,7 +96,7 @@ reason = "r3"
 
 def test_shipped_files_parse() -> None:
     """The expectation files of the built-in adapters are valid, and each entry names a built-in adapter."""
-    from adapters.registry import BUILTIN
+    from transformer_conformance.adapters.registry import BUILTIN
 
     files = sorted(Path(__file__).resolve().parent.parent.glob("expectations/*.toml"))
     assert files
@@ -141,7 +141,7 @@ ENTRY = 'check = "rms_norm/forward"\nstatus = "fail"\nreason = "r"\n'
 )
 def test_malformed_file_is_one_line(tmp_path: Path, text: str | None, expected: str) -> None:
     path = tmp_path / "expect.toml" if text is None else _write(tmp_path, text)
-    run = run_suite(tmp_path / "out", "--adapter=numpy", "--expectations", str(path), "conformance/test_rmsnorm.py")
+    run = run_suite(tmp_path / "out", "--adapter=numpy", "--expectations", str(path), "test_rmsnorm.py")
     assert run.returncode == 4, run.stdout[-1500:] + run.stderr[-1500:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr
@@ -244,7 +244,7 @@ def test_known_crash(tmp_path: Path) -> None:
         "forward",
         "--expectations",
         str(path),
-        "conformance/test_rmsnorm.py",
+        "test_rmsnorm.py",
     )
     assert run.returncode == 0, run.stdout[-2000:]
     (c,) = run.checks(check="rms_norm/forward")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.contract import Adapter
-from adapters.registry import load_adapter
-from adapters.torch_adapter import TorchAdapter, llama_hidden_dim
 from mutants.catalogue import BEHAVIOURS, CATALOGUE, Mutant
+from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.adapters.registry import load_adapter
+from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _check_ids() -> dict[str, str]:
     """Every check id declared in the conformance modules -> its behaviour."""
     ids = {}
-    for path in (ROOT / "conformance").glob("test_*.py"):
+    for path in (ROOT / "conformance" / "checks").glob("test_*.py"):
         text = path.read_text()
         for m in re.finditer(r'check\(\s*"([\w/-]+)",\s*"(\w+)"', text):
             ids[m.group(1)] = m.group(2)

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from adapters.torch_adapter import TorchAdapter, to_numpy
 from benchmarks.perf.accounting import OPS
 from benchmarks.perf.inputs import make_inputs
+from transformer_conformance.adapters.torch.adapter import TorchAdapter
+from transformer_conformance.adapters.torch.tensors import to_numpy
 
 TINY = {
     "rms_norm": {"batch": 2, "seq": 3, "d": 8},

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from reference.attention import (
+from tests.finite_diff import EPS, assert_vjp
+from transformer_conformance.reference.attention import (
     attention,
     attention_vjp,
     causal_mask,
@@ -24,7 +25,7 @@ from reference.attention import (
     rope_attention,
     rope_attention_vjp,
 )
-from reference.blocks import (
+from transformer_conformance.reference.blocks import (
     BLOCK_INPUTS,
     PLACEMENTS,
     AttentionShape,
@@ -35,8 +36,8 @@ from reference.blocks import (
     lm_head_vjp,
     stack_gradients,
 )
-from reference.gradient_flow import init_layers
-from reference.mlp import (
+from transformer_conformance.reference.gradient_flow import init_layers
+from transformer_conformance.reference.mlp import (
     GLU_ACTIVATIONS,
     MLP_ACTIVATIONS,
     ffn_hidden_dim,
@@ -49,8 +50,7 @@ from reference.mlp import (
     mlp_vjp,
     mlp_weight_count,
 )
-from reference.swiglu import swiglu_hidden_dim, swiglu_mlp
-from tests.finite_diff import EPS, assert_vjp
+from transformer_conformance.reference.swiglu import swiglu_hidden_dim, swiglu_mlp
 
 F64 = NDArray[np.float64]
 SEEDS = [0, 1]
@@ -331,8 +331,8 @@ def test_block_by_hand_pre_vs_post() -> None:
     w = _block_weights(rng)
     w["w2"] = np.zeros_like(w["w2"])
     pos = np.arange(3)
-    from reference.blocks import _attn
-    from reference.norms import rms_norm
+    from transformer_conformance.reference.blocks import _attn
+    from transformer_conformance.reference.norms import rms_norm
 
     a_pre, _ = _attn(rms_norm(w["x"], w["attn_norm"], 1e-6), w, pos, SHAPE)
     np.testing.assert_allclose(block(w, pos, "pre", SHAPE, 1e-6), w["x"] + a_pre, rtol=1e-14)

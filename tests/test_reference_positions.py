@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference import accounting as acc
-from reference import losses, positions, rope_scaling
 from tests.finite_diff import assert_vjp
+from transformer_conformance.reference import accounting as acc
+from transformer_conformance.reference import losses, positions, rope_scaling
 
 SEEDS = [0, 1, 2]
 RULES: list[dict[str, Any]] = [

@@ -13,11 +13,18 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from reference.losses import cross_entropy, cross_entropy_vjp, logsumexp, softmax, z_loss, z_loss_vjp
-from reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
-from reference.rope import Layout, rope, rope_vjp
-from reference.swiglu import swiglu_hidden_dim, swiglu_mlp, swiglu_mlp_vjp
 from tests.finite_diff import EPS, H_REL, ROUND_C, assert_vjp
+from transformer_conformance.reference.losses import (
+    cross_entropy,
+    cross_entropy_vjp,
+    logsumexp,
+    softmax,
+    z_loss,
+    z_loss_vjp,
+)
+from transformer_conformance.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from transformer_conformance.reference.rope import Layout, rope, rope_vjp
+from transformer_conformance.reference.swiglu import swiglu_hidden_dim, swiglu_mlp, swiglu_mlp_vjp
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]

@@ -66,7 +66,7 @@ def test_report_renders(defect_run: Run, tmp_path: Path) -> None:
 
 
 def test_dashboard_renders(defect_run: Run, builtin_run: Run, tmp_path: Path) -> None:
-    from reports.dashboard import build_site, load
+    from transformer_conformance.reports.dashboard import build_site, load
 
     runs, errors = load([str(builtin_run.report_dir / "report.json"), str(defect_run.report_dir / "report.json")])
     assert not errors

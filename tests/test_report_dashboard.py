@@ -36,7 +36,7 @@ def site(defect_run: Run, builtin_run: Run, tmp_path_factory: pytest.TempPathFac
         str(d / "later.json"),
     ]
     proc = subprocess.run(
-        [sys.executable, "-m", "reports.dashboard", "-o", str(out), *files],
+        [sys.executable, "-m", "transformer_conformance.reports.dashboard", "-o", str(out), *files],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -96,7 +96,7 @@ def test_nothing_to_merge(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text("[]")
     proc = subprocess.run(
-        [sys.executable, "-m", "reports.dashboard", "-o", str(tmp_path / "site"), str(bad)],
+        [sys.executable, "-m", "transformer_conformance.reports.dashboard", "-o", str(tmp_path / "site"), str(bad)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.numpy_oracle import NumpyAdapter
-from reports.writer import write_reports
 from tests.conformance_run import ROOT, Run
+from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
+from transformer_conformance.reports.writer import write_reports
 
 INJECTED = "<script>alert(1)</script>"
 FILES = ("report.json", "report.md", "report.html", "junit.xml", "badge.svg")

@@ -41,7 +41,7 @@ def test_one_case_per_check(defect_run: Run) -> None:
 
 def test_unsupported_is_skipped(tmp_path: Path) -> None:
     """An unsupported check is a skipped test case with its reason; control characters never break the XML."""
-    from reports.junit import render_junit
+    from transformer_conformance.reports.junit import render_junit
 
     report = {
         "duration_s": 1.0,

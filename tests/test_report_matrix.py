@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import matrix
+from transformer_conformance.reports import matrix
 
 
 def _check(adapter: str, behaviour: str, status: str) -> dict[str, str]:

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin import _perf_run
-from conformance.series import MAX_POINTS
-from reports.dashboard import build_site, load
-from reports.html_report import render_html
-from reports.schema import validate
 from tests.conformance_run import ROOT, Run
 from tests.conftest import PERF_ADAPTER
+from transformer_conformance.conformance.harness.series import MAX_POINTS
+from transformer_conformance.conformance.runner.plugin import _perf_run
+from transformer_conformance.reports.dashboard import build_site, load
+from transformer_conformance.reports.html_report import render_html
+from transformer_conformance.reports.schema import validate
 
 pytestmark = pytest.mark.xdist_group("plots")
 
@@ -156,7 +156,7 @@ def test_dashboard_with_perf_json(precision_run: Run, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "reports.dashboard",
+            "transformer_conformance.reports.dashboard",
             "-o",
             str(out),
             str(precision_run.report_dir / "report.json"),
@@ -185,7 +185,7 @@ def test_dashboard_with_perf_json(precision_run: Run, tmp_path: Path) -> None:
 
 def test_report_json_writes_series_points_on_one_line(precision_run: Run) -> None:
     """report.json stays small: a point (and any short list of numbers) is one line; texts are untouched."""
-    from reports.writer import to_json
+    from transformer_conformance.reports.writer import to_json
 
     text = (precision_run.report_dir / "report.json").read_text()
     assert re.search(r'"points": \[\n +\[[-\d.e]+, [-\d.e]+, [-\d.e]+, [-\d.e]+\],\n', text)

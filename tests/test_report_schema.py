@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reports.schema import load_schema, problem, validate
 from tests.conformance_run import Run
+from transformer_conformance.reports.schema import load_schema, problem, validate
 
 pytest.importorskip("jsonschema")
 
@@ -65,7 +65,7 @@ def as_version_1(report: dict[str, Any]) -> dict[str, Any]:
 
 def test_version_1_reports_still_load(builtin_run: Run, tmp_path: Path) -> None:
     """A report written before schema version 2 validates, renders and is merged by the dashboard."""
-    from reports.dashboard import build_site, load
+    from transformer_conformance.reports.dashboard import build_site, load
 
     old = as_version_1(builtin_run.report)
     assert validate(old) == []

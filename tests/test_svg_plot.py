@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from conformance.series import (
+from transformer_conformance.conformance.harness.series import (
     MAX_POINTS,
     Along,
     Series,
@@ -17,7 +17,7 @@ from conformance.series import (
     rms_bucket,
     rms_range,
 )
-from reports.svg_plot import Line, Reference, fmt_number, fmt_power_of_two, plot
+from transformer_conformance.reports.svg_plot import Line, Reference, fmt_number, fmt_power_of_two, plot
 
 NS = "{http://www.w3.org/2000/svg}"
 INJECTED = "<script>alert(1)</script> & co"

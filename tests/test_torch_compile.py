@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch._dynamo.utils
 
-from adapters.torch_compile_adapter import UNBACKED_OPS, TorchCompileAdapter
-from conformance.checks import Record, check_forward, check_vjp
-from conformance.dtypes import fmt
-from conformance.strategies import Case, fill
 from tests.adapter_smoke import outside_hypothesis
+from transformer_conformance.adapters.torch.compile import UNBACKED_OPS, TorchCompileAdapter
+from transformer_conformance.conformance.harness.compare import Record, check_forward, check_vjp
+from transformer_conformance.conformance.strategies.common import Case, fill
+from transformer_conformance.reference.formats import fmt
 
 
 def test_one_graph_serves_every_shape_forward_and_vjp() -> None:

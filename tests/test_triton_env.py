@@ -25,7 +25,7 @@ def _env() -> dict[str, str]:
 
 def test_switched_on_without_cuda() -> None:
     code = (
-        "import os, adapters.triton_env as t; t.interpret_triton_without_cuda(); "
+        "import os, transformer_conformance.adapters.triton.env as t; t.interpret_triton_without_cuda(); "
         "print(os.environ.get('TRITON_INTERPRET'))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True)
@@ -34,7 +34,7 @@ def test_switched_on_without_cuda() -> None:
 
 def test_liger_after_an_adapter_whose_library_imports_triton(tmp_path: Path) -> None:
     cmd = [
-        sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+        sys.executable, "-m", "transformer_conformance.conformance", "-n", "0", "-q",
         "--adapter=hf-llama,liger", "--behaviour=rms_norm", "--dtype=float32", "-k", "forward",
         "--report-dir", str(tmp_path),
     ]  # fmt: skip

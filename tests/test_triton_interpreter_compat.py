@@ -24,7 +24,7 @@ import triton.language as tl  # noqa: E402
 from triton.language.extra import libdevice  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
-from adapters import triton_interpreter_compat as compat  # noqa: E402
+from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("triton")  # with the liger adapter's tests: one worker imports Triton
 

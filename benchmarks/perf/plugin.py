@@ -29,9 +29,6 @@ from typing import Any, NoReturn
 import numpy as np
 import pytest
 
-from adapters.contract import DTYPES, Adapter
-from adapters.registry import AdapterLoadError, known_names, load_adapter
-from adapters.triton_env import interpret_triton_without_cuda
 from benchmarks.perf import ceilings as ceil
 from benchmarks.perf.accounting import OPS, BenchOp, pass_name
 from benchmarks.perf.compare import MIN_RELATIVE, compare
@@ -41,6 +38,9 @@ from benchmarks.perf.report import load, write
 from benchmarks.perf.results import SCHEMA, SCHEMA_VERSION, add_ratios, make_result
 from benchmarks.perf.sizes import sizes
 from benchmarks.perf.timing import CudaSampler, Stats, cpu_sample, rounds_for, wait
+from transformer_conformance.adapters.contract import DTYPES, Adapter
+from transformer_conformance.adapters.registry import AdapterLoadError, known_names, load_adapter
+from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
 
 RUN_KEY = pytest.StashKey["PerfRun"]()
 PATHS_KEY = pytest.StashKey[dict[str, Path]]()

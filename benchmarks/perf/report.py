@@ -21,7 +21,7 @@ from benchmarks.perf.compare import MIN_RELATIVE, compare
 from benchmarks.perf.markdown import adapters_of, dtypes_of, render, sizes_of
 from benchmarks.perf.results import BASELINE_ADAPTER, SCHEMA, to_csv
 from benchmarks.perf.svg import Panel, chart
-from reports.writer import atomic_write
+from transformer_conformance.reports.writer import atomic_write
 
 SHORT = {"forward": "forward", "forward+backward": "fwd+bwd"}
 

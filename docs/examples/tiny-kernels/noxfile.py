@@ -26,7 +26,7 @@ def conformance(session: nox.Session) -> None:
     session.install(os.environ.get("CONFORMANCE_SUITE", SUITE))
     session.install(".")  # this package: its entry point names the adapter "tiny-kernels"
     session.run(
-        "transformer-conformance",  # the same as: python -m conformance
+        "transformer-conformance",  # the same as: python -m transformer_conformance.conformance
         "--adapter=tiny-kernels",
         "--report-dir=conformance-report",
         # Known, accepted differences will go in conformance-expectations.toml (being designed):

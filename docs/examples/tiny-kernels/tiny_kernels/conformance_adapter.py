@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 import tiny_kernels
-from adapters import Capability, Conventions
 from tiny_kernels.norms import DEFAULT_EPS, apply_rope, rms_norm
+from transformer_conformance.adapters import Capability, Conventions
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # NumPy has no bfloat16 of its own
 

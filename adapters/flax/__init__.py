@@ -1,0 +1,1 @@
+"""Flax: linen's and NNX's norm modules."""

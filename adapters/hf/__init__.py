@@ -1,0 +1,1 @@
+"""HF transformers: each model family's own modules (Llama, Gemma, T5)."""

@@ -1,0 +1,1 @@
+"""JAX: ``jax.nn`` and plain jax.numpy."""

@@ -1,0 +1,166 @@
+"""JAX as a candidate: jax.nn and jax.numpy applied to arrays in the dtype under test, on the CPU.
+
+Where JAX has the operation it is used as it is: ``jax.nn.standardize`` for both norms (RMSNorm as
+standardize with the mean given as 0), ``jax.nn.silu``, ``jax.nn.log_softmax``, ``jax.nn.logsumexp``.
+RoPE has no JAX function; it is written in jax.numpy as model code writes it (half-split layout, angles
+and rotation in float32, one rounding). Every function is jitted, and its gradient is ``jax.vjp`` of the
+same function.
+
+Declared, because measured on jax 0.10.2 / XLA CPU:
+
+* elementwise bfloat16 and float16 operations round to the input dtype after *each* primitive, jitted
+  or not (x·y + x rounds twice); reductions (``jnp.sum``, ``jnp.mean``) and matrix products accumulate
+  in float32 and round once. So every operation built from several primitives stores its intermediates
+  in the input dtype: ``unfused`` for all but RoPE;
+* ``jax.nn.standardize`` computes the variance in one pass, mean(x²) − μ², clipped at 0 (its default
+  ``algorithm="fast"``), and its ε defaults to 1e-5 — for RMSNorm too;
+* a Python scalar (ε, α) meets a bfloat16 array as a weakly typed value: it is rounded to bfloat16;
+* sums inside gradients (the transpose of a broadcast: the weight and bias gradients of the norms) are
+  ``lax`` reductions that accumulate in the input dtype, unlike ``jnp.sum``, which upcasts;
+* XLA on the CPU flushes subnormal results to zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+
+jax.config.update("jax_platforms", "cpu")
+
+
+def jax_rope(x: jax.Array, positions: jax.Array, base: float, rotary_dim: int | None, layout: str) -> jax.Array:
+    """RoPE in jax.numpy: angles in float32, rotation in float32, one rounding to x's dtype."""
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    inv_freq = 1.0 / (base ** (jnp.arange(0, rd, 2, dtype=jnp.float32) / rd))
+    angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    xf = x.astype(jnp.float32)
+    rot, rest = xf[..., :rd], xf[..., rd:]
+    if layout == "interleaved":
+        a, b = rot[..., 0::2], rot[..., 1::2]
+        out = jnp.stack((a * cos - b * sin, a * sin + b * cos), axis=-1).reshape(rot.shape)
+    else:
+        a, b = rot[..., : rd // 2], rot[..., rd // 2 :]
+        out = jnp.concatenate((a * cos - b * sin, a * sin + b * cos), axis=-1)
+    return jnp.concatenate((out, rest), axis=-1).astype(x.dtype)
+
+
+def _rms_norm(x: jax.Array, weight: jax.Array, eps: float | None = None) -> jax.Array:
+    kw = {} if eps is None else {"epsilon": eps}
+    return jax.nn.standardize(x, axis=-1, mean=0.0, **kw) * weight
+
+
+def _layer_norm(x: jax.Array, weight: jax.Array, bias: jax.Array, eps: float | None = None) -> jax.Array:
+    kw = {} if eps is None else {"epsilon": eps}
+    return jax.nn.standardize(x, axis=-1, **kw) * weight + bias
+
+
+def _swiglu_mlp(x: jax.Array, w1: jax.Array, w3: jax.Array, w2: jax.Array) -> jax.Array:
+    return (jax.nn.silu(x @ w1) * (x @ w3)) @ w2
+
+
+def _cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), targets[:, None], axis=-1)[:, 0]
+
+
+def _z_loss(logits: jax.Array, alpha: float = 1e-4) -> jax.Array:
+    return alpha * jax.nn.logsumexp(logits, axis=-1) ** 2
+
+
+def _rope(x: jax.Array, positions: jax.Array, base: float = 10000.0, rotary_dim: int | None = None) -> jax.Array:
+    return jax_rope(x, positions, base, rotary_dim, "half")
+
+
+IMPL: dict[str, Callable[..., jax.Array]] = {
+    "rms_norm": _rms_norm,
+    "layer_norm": _layer_norm,
+    "rope": _rope,
+    "swiglu_mlp": _swiglu_mlp,
+    "cross_entropy": _cross_entropy,
+    "z_loss": _z_loss,
+}
+
+
+def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """The hidden width as LLaMA-style model code computes it: 4d, two thirds of that, rounded up."""
+    hidden = int(2 * (4 * d) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def _split(op: str, inputs: Mapping[str, np.ndarray]) -> tuple[tuple[jax.Array, ...], dict[str, jax.Array]]:
+    """The floating inputs in contract order (differentiable), and the integer ones as int32 (x64 is off)."""
+    spec = OPS[op]
+    floats = tuple(jnp.asarray(inputs[k]) for k in spec.inputs)
+    ints = {k: jnp.asarray(inputs[k].astype(np.int32)) for k in spec.int_inputs}
+    return floats, ints
+
+
+@cache
+def _forward_fn(op: str, params: tuple[tuple[str, Any], ...]) -> Callable[..., jax.Array]:
+    fn, names, kw = IMPL[op], OPS[op].inputs, dict(params)
+    return jax.jit(lambda floats, ints: fn(**dict(zip(names, floats, strict=True)), **ints, **kw))
+
+
+@cache
+def _vjp_fn(op: str, params: tuple[tuple[str, Any], ...]) -> Callable[..., tuple[jax.Array, ...]]:
+    fwd = _forward_fn(op, params)
+
+    def grads(floats: tuple[jax.Array, ...], ints: dict[str, jax.Array], cot: jax.Array) -> tuple[jax.Array, ...]:
+        _, pullback = jax.vjp(lambda *f: fwd(f, ints), *floats)
+        return tuple(pullback(cot))
+
+    return jax.jit(grads)
+
+
+class JaxAdapter:
+    """The built-in ``jax`` adapter (CPU)."""
+
+    name = "jax"
+
+    def __init__(self, device: str = "cpu") -> None:
+        if device != "cpu":
+            raise RuntimeError(f"the jax adapter runs on the CPU only, not {device!r}")
+        self.conventions = Conventions(
+            rope_layout="half",
+            rope_angle_dtype="float32",
+            compute_dtype="float32",
+            # every primitive rounds to the input dtype (measured); the norms also round x̂ before the weight
+            # multiply, which "unfused" already covers
+            unfused=frozenset({"rms_norm", "layer_norm", "swiglu_mlp", "cross_entropy", "z_loss"}),
+            # the weight and bias gradients are sums over rows of a broadcast's transpose, a lax reduction
+            # that accumulates in the input dtype (jnp.sum upcasts; lax.reduce does not): measured
+            low_precision_sums=frozenset({"rms_norm.vjp", "layer_norm.vjp"}),
+            variance="one_pass",
+            # XLA CPU flushes subnormal results to zero (FTZ/DAZ): exp(-88.5) is 0 in float32
+            flush_subnormals=True,
+            eps_defaults={"rms_norm": 1e-5, "layer_norm": 1e-5},
+        )
+        # what it implements (operations added to the contract later are not declared until implemented)
+        self.capabilities = {op: Capability() for op in (*IMPL, "swiglu_hidden_dim")}
+
+    def environment(self) -> dict[str, str]:
+        import jaxlib
+
+        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__, "device": "cpu"}
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "swiglu_hidden_dim":
+            return np.asarray(llama_hidden_dim(**params))
+        floats, ints = _split(op, inputs)
+        return np.asarray(_forward_fn(op, tuple(sorted(params.items())))(floats, ints))
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        floats, ints = _split(op, inputs)
+        grads = _vjp_fn(op, tuple(sorted(params.items())))(floats, ints, jnp.asarray(cotangent))
+        return {k: np.asarray(g) for k, g in zip(OPS[op].inputs, grads, strict=True)}

@@ -1,0 +1,1 @@
+"""Liger-Kernel's Triton kernels."""

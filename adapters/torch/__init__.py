@@ -1,0 +1,1 @@
+"""PyTorch: eager (``adapter``), with its blocks and positions, and through torch.compile (``compile``)."""

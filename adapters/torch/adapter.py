@@ -1,0 +1,180 @@
+"""PyTorch as a candidate: torch.nn.functional where it has the operation, plain torch code elsewhere.
+
+Runs on CPU, and on CUDA with ``--device cuda`` when a GPU is present. Gradients come from autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.torch import blocks
+from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
+from transformer_conformance.adapters.torch.tensors import input_tensors, rope_torch, to_numpy, to_torch
+
+
+def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5 if eps is None else eps)
+
+    def rope(
+        x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, rotary_dim: int | None = None
+    ) -> torch.Tensor:
+        return rope_torch(x, positions, base, rotary_dim, adapter.conventions.rope_layout)
+
+    def swiglu_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return (F.silu(x @ w1) * (x @ w3)) @ w2
+
+    def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, targets, reduction="none")
+
+    def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
+        return alpha * torch.logsumexp(logits, dim=-1) ** 2
+
+    def swiglu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The GLU element-wise product alone (benchmarked by ``native``; not a contract operation)."""
+        return F.silu(gate) * up
+
+    def rope_scaled(
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        base: float = 10000.0,
+        rotary_dim: int | None = None,
+        scaling: Mapping[str, Any] | None = None,
+    ) -> torch.Tensor:
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, seq_len, x.device)
+        return rope_torch(x, positions, base, rotary_dim, adapter.conventions.rope_layout, inv_freq, factor)
+
+    def cross_entropy_mean(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="mean")
+
+    def softcap_z_loss(logits: torch.Tensor, alpha: float = 1e-4, cap: float = 30.0) -> torch.Tensor:
+        capped = cap * torch.tanh(logits.float() / cap)
+        return (alpha * torch.logsumexp(capped, dim=-1) ** 2).to(logits.dtype)
+
+    fns = (
+        rms_norm,
+        layer_norm,
+        rope,
+        swiglu_mlp,
+        cross_entropy,
+        z_loss,
+        rope_scaled,
+        cross_entropy_mean,
+        softcap_z_loss,
+        swiglu_product,
+    )
+    table = {f.__name__: f for f in fns} | position_ops()
+    table.update(blocks.ops(adapter.conventions.rope_layout, adapter.conventions.causal_alignment))
+    return table
+
+
+def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """The hidden width as LLaMA-style model code computes it: 4d, two thirds of that, rounded up."""
+    hidden = int(2 * (4 * d) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+class TorchAdapter:
+    """The built-in ``torch`` adapter."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+        self.device = device
+        self.conventions = Conventions(
+            rope_layout=rope_layout,  # type: ignore[arg-type]
+            rope_angle_dtype="float32",
+            compute_dtype="float32",
+            norm_rounding="single",
+            # x @ w1, silu, the product and @ w2 each round to the input dtype; so do log_softmax's
+            # intermediates and saved output, and logsumexp's.
+            # The CPU layer_norm backward kernel rounds an intermediate and the weight and bias gradients'
+            # partial sums to bfloat16/float16 (measured: ∂L/∂β of three rows off by one ulp).
+            unfused=frozenset({"swiglu_mlp", "cross_entropy", "cross_entropy_mean", "z_loss", "layer_norm.vjp"}),
+            # The embedding backward (learned positions) adds a repeated position's gradient rows in the
+            # input dtype, one after another (measured: five bfloat16 rows sum to 0.203125, not 0.2046).
+            low_precision_sums=frozenset({"layer_norm.vjp", "learned_positions.vjp"}),
+            # F.rms_norm(eps=None) uses float32's machine epsilon for every input dtype here (its opmath
+            # type), not the input dtype's: measured on torch 2.13 CPU, and held to by the suite.
+            eps_defaults={"rms_norm": float(torch.finfo(torch.float32).eps), "layer_norm": 1e-5},
+            # bottom-right through an explicit mask; "top_left" uses SDPA's is_causal=True as it is
+            causal_alignment=causal_alignment,  # type: ignore[arg-type]
+        )
+        self.capabilities = {op: Capability() for op in OPS}
+        self.impl = _ops(self)
+
+    def environment(self) -> dict[str, str]:
+        env = {"torch": torch.__version__, "numpy": np.__version__, "device": self.device}
+        if self.device.startswith("cuda"):
+            env["gpu"] = torch.cuda.get_device_name(self.device)
+        return env
+
+    def _tensors(self, op: str, inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
+        return input_tensors(op, inputs, self.device, grad)
+
+    def _call(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        tensors = self._tensors(op, inputs, grad)
+        out = self.impl[op](**tensors, **params)
+        return out, tensors
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "swiglu_hidden_dim":
+            return np.asarray(llama_hidden_dim(**params))
+        if op == "param_count":
+            return np.asarray(llama_param_count(**params))
+        if op == "ffn_hidden_dim":
+            return np.asarray(blocks.ffn_hidden_dim(**params))
+        with torch.no_grad():
+            out, _ = self._call(op, inputs, params, grad=False)
+        return to_numpy(out)
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        out, tensors = self._call(op, inputs, params, grad=True)
+        out.backward(to_torch(cotangent, self.device))
+        grads = {}
+        for k in OPS[op].inputs:
+            g = tensors[k].grad
+            grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
+        return grads
+
+    def native(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool = False
+    ) -> Callable[[], Any]:
+        """Optional benchmark hook (docs/adapter-contract.md): a closure that runs ``op`` on tensors made
+        once, here, from ``inputs`` — and with ``grad`` its backward too, for a fixed random cotangent,
+        returning the gradients of the floating inputs. Raises KeyError for an operation it lacks."""
+        fn = self.impl[op]
+        tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
+        if not grad:
+
+            def run_forward() -> torch.Tensor:
+                with torch.no_grad():
+                    return fn(**tensors, **params)
+
+            return run_forward
+        leaves = [t.requires_grad_(True) for t in tensors.values() if t.is_floating_point()]
+        cotangent = torch.randn_like(fn(**tensors, **params).detach())  # (also compiles the graph timed below)
+
+        def run_forward_backward() -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(fn(**tensors, **params), leaves, cotangent)
+
+        return run_forward_backward

@@ -1,0 +1,110 @@
+"""PyTorch through ``torch.compile``: the torch adapter's implementations compiled by inductor.
+
+Inductor fuses the element-wise work into generated C++ (CPU) or Triton (GPU) kernels. Every call of a
+contract operation runs compiled code; nothing is routed to eager. Compiling is what a run of this adapter
+spends its time on (about 3 s of dynamo tracing, AOTAutograd and a C++ compile per graph on a 2-core
+machine), and Hypothesis varies shapes and parameters from one example to the next, so the adapter keeps
+the number of graphs small (docs/adapters.md, "torch-compile", has the measured figures):
+
+* **Sizes are symbols.** Each operation is compiled with ``dynamic=True``, and for the operations in
+  :data:`UNBACKED_OPS` every dimension of every input is also marked unbacked
+  (``torch._dynamo.mark_unbacked``): ``dynamic=True`` alone specialises sizes 0 and 1, so an operation
+  with k dimensions that Hypothesis sets to 1 compiles up to 2^k graphs per dtype; unbacked sizes carry
+  no such guard and one graph serves every shape of a rank. The other operations (matrix products,
+  attention, blocks, the learned table's range check, the scaled RoPE's position-dependent frequencies)
+  do not compile with unbacked sizes on torch 2.13 (inductor's lowering guards on a size, or the code
+  branches on a value) and keep ``dynamic=True`` with its 0/1 specialisation.
+* **Forward and VJP share a graph.** ``forward`` runs with autograd recording, so AOTAutograd compiles
+  one joint graph and partitions it into a forward and a backward; ``forward`` returns the forward
+  graph's output and ``vjp`` runs the same forward graph, then the backward. A forward under
+  ``torch.no_grad`` would compile a third, inference-only graph: that graph is not what this adapter
+  checks (its numerics are inductor's in both cases; the saved activations differ).
+* **Compiled graphs persist.** Inductor's FX graph cache and AOTAutograd cache are on (torch's
+  defaults), in ``TORCHINDUCTOR_CACHE_DIR`` (default: a ``torchinductor_$USER`` directory under the
+  system's temporary directory), shared by the pytest-xdist workers and by later runs: a second run
+  skips the C++ compiles and most of the lowering.
+
+What still compiles anew is each dtype, rank, and value of a parameter that the code branches on or that
+an operator takes as a Python number (``eps`` of ``F.rms_norm``, ``causal``, ``softcap``, the RoPE base
+and rotary width, the activation's name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from transformer_conformance.adapters.contract import OPS
+from transformer_conformance.adapters.torch.adapter import TorchAdapter
+from transformer_conformance.adapters.torch.tensors import to_numpy
+
+#: Operations compiled with unbacked sizes (no 0/1 specialisation); measured to compile and pass so on
+#: torch 2.13 CPU. The rest keep ``dynamic=True``'s backed sizes.
+UNBACKED_OPS = frozenset(
+    {
+        "rms_norm",
+        "layer_norm",
+        "rope",
+        "cross_entropy",
+        "cross_entropy_mean",
+        "z_loss",
+        "softcap_z_loss",
+        "sinusoidal_positions",
+        "alibi",
+    }
+)
+
+
+class TorchCompileAdapter(TorchAdapter):
+    """The built-in ``torch-compile`` adapter: the operations that compile to one graph per rank and dtype
+    (:data:`UNBACKED_OPS`: the norms, RoPE, the losses, sinusoidal and ALiBi positions). The others are not
+    declared, so they are reported unsupported, never passed: each of their shapes compiles anew, and a
+    run of every operation takes far longer than a gate can wait (``torch-compile-full`` has them all)."""
+
+    name = "torch-compile"
+    #: the operations this adapter compiles and declares
+    compiled_ops: frozenset[str] = UNBACKED_OPS
+
+    def __init__(self, device: str = "cpu", rope_layout: str = "half") -> None:
+        super().__init__(device, rope_layout)
+        # generous cache limits: a run meets many (rank, dtype, parameter) combinations per operation
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
+        self.capabilities = {op: c for op, c in self.capabilities.items() if op in self.compiled_ops}
+        self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["compiler"] = "inductor (dynamic shapes; forward = the joint graph's forward)"
+        env["unbacked sizes"] = ", ".join(sorted(UNBACKED_OPS))
+        return env
+
+    def _call(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        tensors = self._tensors(op, inputs, grad)
+        if op in UNBACKED_OPS:
+            for t in tensors.values():
+                for dim in range(t.dim()):
+                    torch._dynamo.decorators.mark_unbacked(t, dim)
+        out = self.impl[op](**tensors, **params)
+        return out, tensors
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op in ("swiglu_hidden_dim", "param_count", "ffn_hidden_dim"):  # integer rules: nothing to compile
+            return super().forward(op, inputs, params)
+        # with autograd recording: the forward graph of the joint graph the VJP also runs (module docstring)
+        out, _ = self._call(op, inputs, params, grad=True)
+        return to_numpy(out)
+
+
+class TorchCompileFullAdapter(TorchCompileAdapter):
+    """The built-in ``torch-compile-full`` adapter: every operation of the torch adapter compiled, the
+    attention, MLP and block operations included (each new shape of those compiles a graph of its own:
+    a run takes hours on a 2-core CPU, minutes on a GPU)."""
+
+    name = "torch-compile-full"
+    compiled_ops = frozenset(OPS)

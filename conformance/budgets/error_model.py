@@ -1,0 +1,252 @@
+"""First-order rounding-error bounds: how far a correct low-precision candidate may be from the oracle.
+
+The tolerance policy (docs/tolerance.md) in code. A candidate receives inputs already rounded to the
+dtype under test, so the oracle evaluated on those same values is exact; every difference comes from
+the roundings the candidate performs. Each behaviour restates its formula here in *tracked*
+arithmetic: every value carries ``v`` (its exact float64 value), ``e`` (a bound on how far a correct
+candidate's intermediate may be from it) and ``m`` (the magnitude of the terms that make it up, which
+is what rounding errors scale with when terms cancel). The rules are the standard ones of rounding
+error analysis (Higham, *Accuracy and Stability of Numerical Algorithms*, ch. 2–3):
+
+* a product or sum rounded to unit roundoff u is off by at most u·|result|;
+* errors already present propagate to first order: e(a·b) = |a|·e(b) + |b|·e(a), e(f(a)) = |f'(a)|·e(a);
+* a sum of n terms accumulated in working precision u_w is off by at most λ·√n·u_w·Σ|terms|, the
+  probabilistic bound of Higham & Mary (2019), failing with probability below n·2·exp(−λ²/2);
+  λ = 8 keeps that under 1e-10 at n = 4096.
+
+Where intermediates are stored (``Rounding.u_mid``) is what an adapter declares: in its working
+precision when it fuses an operation, in the input dtype when it runs it as separate framework ops.
+The final rounding to the output dtype is not part of ``e``: it adds exactly half an ulp of the output
+(see :func:`allowed_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from transformer_conformance.reference.formats import Format
+
+F64 = NDArray[np.float64]
+
+LAMBDA = 8.0
+#: Rounding units charged for one elementary function (exp, log, sqrt, tanh …) in working precision:
+#: libm and vectorised framework kernels are within a few ulps, not correctly rounded.
+TRANSCENDENTAL_ULPS = 4.0
+
+
+#: Half the smallest subnormal spacing of each format, by its unit roundoff: a rounding that lands in
+#: the subnormal range is off by up to this much in absolute terms, whatever the value (fl(x) = x(1 + δ) + η).
+_ETA = {2.0**-53: 2.0**-1075, 2.0**-24: 2.0**-150, 2.0**-11: 2.0**-25, 2.0**-8: 2.0**-134}
+
+
+#: Smallest normal number of each format, by its unit roundoff: vectorised elementary functions (SLEEF,
+#: CUDA's fast paths) need not return subnormal results, so one may be off by this much absolutely.
+_TINY = {2.0**-53: 2.0**-1022, 2.0**-24: 2.0**-126, 2.0**-11: 2.0**-14, 2.0**-8: 2.0**-126}
+
+#: Roundings at the result's condition scale allowed for algebraically equal orderings of the same
+#: formula (a fused kernel may compute r·γ·g − r³·x·Σ(…)/n where the oracle writes r·(γg − x̂·mean(…))).
+REORDER_ULPS = 2.0
+
+
+def eta(unit: float) -> float:
+    return _ETA.get(unit, 0.0)
+
+
+def tiny(unit: float) -> float:
+    return _TINY.get(unit, 0.0)
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """The unit roundoffs in force while a candidate computes one operation."""
+
+    u_work: float  # working (compute) precision: fused arithmetic
+    u_mid: float  # precision intermediates are stored in (u_work when fused, the dtype's u when not)
+    u_sum: float = 0.0  # precision partial sums are kept in (u_work unless declared lower); 0: u_work
+    #: subnormal results are flushed to zero (XLA CPU): a stored value may be off by the smallest normal
+    #: number of its format instead of half the subnormal spacing
+    ftz: bool = False
+    #: exp(t) is evaluated as exp2(t·log₂e): the scaled argument is rounded at u_work before the exponential
+    exp2: bool = False
+
+    def eta(self, unit: float) -> float:
+        """Absolute error of one rounding at ``unit`` near zero."""
+        return tiny(unit) if self.ftz else eta(unit)
+
+    def gamma(self, n: int) -> float:
+        """Bound on the relative error of an n-term accumulation: the deterministic (n − 1)·u, or the
+        probabilistic λ·√n·u where that is smaller."""
+        u = self.u_sum or self.u_work
+        return min(max(n - 1, 0), LAMBDA * float(np.sqrt(max(n, 1)))) * u
+
+    @property
+    def eta_sum(self) -> float:
+        """Underflow allowance of one product or partial sum in an accumulation."""
+        return self.eta(self.u_sum or self.u_work)
+
+
+@dataclass(frozen=True)
+class Tracked:
+    v: F64
+    e: F64
+    m: F64
+
+
+def exact(x: np.ndarray) -> Tracked:
+    """An input: already rounded to the dtype, so exact."""
+    v = np.asarray(x, dtype=np.float64)
+    return Tracked(v, np.zeros_like(v), np.abs(v))
+
+
+def _store(r: Rounding, v: F64, unit: float | None) -> F64:
+    """The rounding of a result stored at ``unit`` (default: where intermediates are stored)."""
+    u = r.u_mid if unit is None else unit
+    return u * np.abs(v) + r.eta(u)
+
+
+def add(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    v = a.v + b.v
+    return Tracked(v, a.e + b.e + _store(r, v, unit), a.m + b.m)
+
+
+def sub(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    v = a.v - b.v
+    return Tracked(v, a.e + b.e + _store(r, v, unit), a.m + b.m)
+
+
+def mul(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    v = a.v * b.v
+    return Tracked(v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + _store(r, v, unit), a.m * b.m)
+
+
+def div(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    """a / b: e(a)/|b| + |a|·e(b)/b² to first order, then stored (softmax's normalisation)."""
+    v = a.v / b.v
+    e = a.e / np.abs(b.v) + np.abs(a.v) * b.e / (b.v * b.v) + _store(r, v, unit)
+    return Tracked(v, e, a.m / np.abs(b.v))
+
+
+def store(r: Rounding, a: Tracked, unit: float) -> Tracked:
+    """A computed value stored (rounded) at ``unit``: a kernel that keeps it in memory in that format."""
+    return Tracked(a.v, a.e + _store(r, a.v, unit), a.m)
+
+
+def const(r: Rounding, c: float) -> Tracked:
+    """A Python scalar (ε, α) as the candidate holds it: rounded to working precision."""
+    v = np.asarray(float(c))
+    return Tracked(v, r.u_work * np.abs(v), np.abs(v))
+
+
+def widest(a: Tracked, b: Tracked) -> Tracked:
+    """One value computed in either of two orders: the larger error bound of the two (their values agree)."""
+    return Tracked(a.v, np.maximum(a.e, b.e), np.maximum(a.m, b.m))
+
+
+def neg(a: Tracked) -> Tracked:
+    return Tracked(-a.v, a.e, a.m)
+
+
+def transpose(a: Tracked) -> Tracked:
+    return Tracked(a.v.T, a.e.T, a.m.T)
+
+
+def rows(a: Tracked) -> Tracked:
+    """Flatten the leading axes: (..., n) -> (N, n)."""
+    return Tracked(*(t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m)))
+
+
+def total(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
+    """Sum over the last axis (keepdims), accumulated in working precision."""
+    n = a.v.shape[-1]
+    v = np.sum(a.v, axis=-1, keepdims=True)
+    e = np.sum(a.e, axis=-1, keepdims=True) + r.gamma(n) * np.sum(np.abs(a.v), axis=-1, keepdims=True) + n * r.eta_sum
+    return Tracked(v, e + _store(r, v, unit), np.sum(a.m, axis=-1, keepdims=True))
+
+
+def matmul(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
+    """a @ b accumulated in working precision, the result stored at ``unit``."""
+    v = a.v @ b.v
+    av, bv = np.abs(a.v), np.abs(b.v)
+    n = a.v.shape[-1]
+    e = av @ b.e + a.e @ bv + r.gamma(n) * (av @ bv) + 2 * n * r.eta_sum + _store(r, v, unit)
+    return Tracked(v, e, a.m @ b.m)
+
+
+def mean(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
+    """Mean over the last axis (keepdims), accumulated in working precision."""
+    n = a.v.shape[-1]
+    v = np.mean(a.v, axis=-1, keepdims=True)
+    e = np.mean(a.e, axis=-1, keepdims=True) + r.gamma(n) * np.mean(np.abs(a.v), axis=-1, keepdims=True) + r.eta_sum
+    return Tracked(v, e + _store(r, v, unit), np.mean(a.m, axis=-1, keepdims=True))
+
+
+def sum_rows(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
+    """Sum over every axis but the last (a per-feature parameter's gradient)."""
+    a2v, a2e, a2m = (t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m))
+    v = a2v.sum(axis=0)
+    e = a2e.sum(axis=0) + r.gamma(a2v.shape[0]) * np.abs(a2v).sum(axis=0) + a2v.shape[0] * r.eta_sum
+    return Tracked(v, e + _store(r, v, unit), a2m.sum(axis=0))
+
+
+def func(
+    r: Rounding,
+    a: Tracked,
+    f: Callable[[F64], F64],
+    df: Callable[[F64], F64],
+    unit: float | None = None,
+    ulps: float = TRANSCENDENTAL_ULPS,
+    spread: Callable[[F64, F64], F64] | None = None,
+) -> Tracked:
+    """An elementary function evaluated in working precision (``ulps`` units of it), then stored.
+
+    Errors already in the argument propagate by |f'(a)|·e(a), or by ``spread(a, e)`` where first order
+    is not enough (exp of an argument off by more than a few percent).
+    """
+    v = f(a.v)
+    carried = np.abs(df(a.v)) * a.e if spread is None else spread(a.v, a.e)
+    e = carried + ulps * r.u_work * np.abs(v) + tiny(r.u_work) + _store(r, v, unit)
+    return Tracked(v, e, np.abs(v))
+
+
+def secant(f: Callable[[F64], F64], df: Callable[[F64], F64]) -> Callable[[F64, F64], F64]:
+    """A ``spread`` for ``func``: how far f moves when its argument is off by up to e, as the larger of
+    |f(a ± e) − f(a)| and the first-order |f'(a)|·e.
+
+    First order alone is not enough where f grows or decays exponentially and e is not small against the
+    scale on which it does (σ(a) or a·σ(a) for a ≪ 0, where a bfloat16 argument near −60 is off by 0.25:
+    e^0.25 − 1 = 0.28, not 0.25). For a monotone f the secant term is exact; near an extremum inside
+    [a − e, a + e] it misses only ½·|f''|·e², far below the rounding terms at the arguments' sizes.
+    """
+
+    def spread(v: F64, e: F64) -> F64:
+        with np.errstate(over="ignore", invalid="ignore"):
+            sec = np.maximum(np.abs(f(v + e) - f(v)), np.abs(f(v) - f(v - e)))
+        return np.maximum(np.abs(df(v)) * e, np.where(np.isnan(sec), np.inf, sec))
+
+    return spread
+
+
+def exp(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
+    """exp, with the argument's error carried exactly: |e^(a+δ) − e^a| ≤ e^a·(e^|δ| − 1). Evaluated as
+    exp2(a·log₂e) (``r.exp2``), the rounded product is off by u_work·|a| more, in natural-log units."""
+    if r.exp2:
+        a = Tracked(a.v, a.e + r.u_work * np.abs(a.v), a.m)
+    return func(r, a, np.exp, np.exp, unit, spread=lambda v, e: np.exp(v) * np.expm1(e))
+
+
+def result(r: Rounding, out: Tracked, flushed: float = 0.0) -> Tracked:
+    """An operation's result before its final rounding: its error plus the reordering allowance (and
+    ``flushed``, the smallest normal of the output format, where subnormal results are flushed to zero)."""
+    return Tracked(out.v, out.e + REORDER_ULPS * r.u_work * out.m + flushed, out.m)
+
+
+def allowed_error(out: Tracked, dtype: Format) -> F64:
+    """Largest |candidate − oracle| a correct candidate can show: its accumulated error ``e`` plus the
+    final rounding to the output dtype, half an ulp of the value it rounds. That value is within ``e`` of
+    the exact one, so just below a power of two it may lie in the binade above, where the ulp is twice
+    as large: the half ulp is taken at |v| + e, not at v alone."""
+    return 0.5 * np.maximum(dtype.ulp(out.v), dtype.ulp(np.abs(out.v) + out.e)) + out.e

@@ -1,0 +1,1 @@
+"""The checks: one pytest module per behaviour, each test a Hypothesis property citing its seed statement."""

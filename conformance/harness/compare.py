@@ -1,0 +1,260 @@
+"""What every check does with a candidate: call it safely, validate what came back, compare in ulps.
+
+Failure messages read "got X, should be Y [the call]". Anything the candidate does wrong — raising,
+returning NaN, the wrong shape or dtype — is a failed check with the example attached, never a crash
+of the run.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import target
+
+from transformer_conformance.adapters.contract import OPS, Adapter
+from transformer_conformance.conformance.budgets import registry as budgets
+from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
+from transformer_conformance.conformance.harness import repro
+from transformer_conformance.conformance.harness.series import Along, Series
+from transformer_conformance.conformance.strategies.common import Case
+from transformer_conformance.reference import oracle
+from transformer_conformance.reference.formats import Format, dtype_name
+
+
+class CheckFailure(AssertionError):
+    """A candidate's answer is not what the behaviour requires."""
+
+
+@dataclass
+class Record:
+    """What a check observed across all its examples; written to the report."""
+
+    check_id: str
+    behaviour: str
+    property: str
+    cites: str
+    examples: int = 0
+    max_ulp: float | None = None
+    budget_used: float | None = None
+    worst: str = ""
+    #: filled while the check runs (``extra["repro"]``: the failing call, conformance/repro.py); not an
+    #: init field, so Hypothesis's printed counterexample leaves it out
+    extra: dict[str, Any] = field(default_factory=dict, init=False)
+    #: examples the check has started (Hypothesis's generation, targeting and shrinking all count)
+    calls: int = field(default=0, init=False)
+    #: the 1-based index of the example that first failed: how many examples it took to find a failure
+    first_failure: int | None = field(default=None, init=False)
+    #: the worst error per bucket of an input coordinate, by output (conformance/series.py)
+    series: dict[str, Series] = field(default_factory=dict, init=False)
+
+    def __repr__(self) -> str:
+        return f"Record({self.check_id!r})"
+
+    def observe(self, max_ulp: float, budget_used: float, where: str) -> None:
+        if self.budget_used is None or budget_used > self.budget_used:
+            self.budget_used, self.worst = budget_used, where
+        if self.max_ulp is None or max_ulp > self.max_ulp:
+            self.max_ulp = max_ulp
+
+    def observe_along(self, along: Along, what: str, ulps: np.ndarray, budget_ulps: np.ndarray) -> None:
+        s = self.series.get(what)
+        if s is None:
+            s = self.series[what] = Series(along.coordinate, what)
+        s.add(along.keys, ulps, budget_ulps)
+
+
+def describe_call(
+    adapter: Adapter, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], kind: str = ""
+) -> str:
+    args = [f"{k}: {dtype_name(v)}{list(v.shape)}" for k, v in inputs.items()]
+    args += [f"{k}={v!r}" for k, v in params.items()]
+    return f"{adapter.name}.{op}{'.' + kind if kind else ''}({', '.join(args)})"
+
+
+#: Seconds one call of a candidate may take before it is stopped as hung (``--example-timeout``).
+CALL_TIMEOUT = 60.0
+_HUNG: dict[str, str] = {}  # "adapter.op" -> the call that hung: later calls fail at once instead of waiting
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
+def _invoke(call: str, fn: Any, *args: Any) -> Any:
+    """Call the candidate; any exception, or a call that does not return within CALL_TIMEOUT, is a verdict."""
+    key = call.split("(", 1)[0]
+    if key in _HUNG:
+        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s earlier in this run (hung) [{_HUNG[key]}]")
+    timed = CALL_TIMEOUT > 0 and threading.current_thread() is threading.main_thread()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, CALL_TIMEOUT)
+    try:
+        return fn(*args)
+    except CheckFailure:
+        raise
+    except _Timeout:
+        _HUNG[key] = call
+        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s (hung) [{call}]") from None
+    except Exception as exc:  # noqa: BLE001 - a candidate's exception is a verdict
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckFailure(f"raised {type(exc).__name__}: {first} [{call}]") from None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: str) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise CheckFailure(f"{what}: got a {type(out).__name__}, should be a numpy.ndarray [{call}]")
+    if out.shape != shape:
+        raise CheckFailure(f"{what}: got shape {list(out.shape)}, should be {list(shape)} [{call}]")
+    if out.dtype != dtype.np_dtype:
+        raise CheckFailure(f"{what}: got dtype {dtype_name(out)}, should be {dtype.name} [{call}]")
+    return out
+
+
+def compare(
+    got: np.ndarray,
+    expected: np.ndarray,
+    budget: Tracked,
+    dtype: Format,
+    what: str,
+    call: str,
+    record: Record,
+    along: Along | None = None,
+) -> None:
+    """Fail unless every element is within its error budget of the oracle; record the worst ulp error (and,
+    with ``along``, the worst per bucket of that coordinate)."""
+    g = got.astype(np.float64)
+    exp = np.asarray(expected, dtype=np.float64)
+    allowed = allowed_error(budget, dtype)
+    # where the exact value is within the budget of the overflow threshold, ±inf and ±max are both
+    # correct roundings of what a correct candidate computes
+    threshold = dtype.max_finite + 0.5 * float(dtype.ulp(dtype.max_finite))
+    overflow = np.abs(exp) + allowed >= threshold
+    bad_nonfinite = np.isnan(g) | (~np.isfinite(g) & ~overflow)
+    if bad_nonfinite.any():
+        i = _index(bad_nonfinite)
+        raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} [{call}]")
+    must_overflow = np.abs(exp) - allowed >= threshold
+    # an overflowed answer (±inf or ±max) must have the exact value's sign; a finite one is judged by its error below
+    wrong = (must_overflow & (g != np.copysign(np.inf, exp))) | (
+        overflow & ~must_overflow & (np.sign(g) != np.sign(exp)) & (np.abs(g) >= dtype.max_finite)
+    )
+    if wrong.any():
+        i = _index(wrong)
+        raise CheckFailure(
+            f"{what}: got {g[i]} at {i}, should be {np.copysign(np.inf, exp[i])} (the exact value "
+            f"{exp[i]:.6g} overflows {dtype.name}) [{call}]"
+        )
+    near_max = overflow & (np.abs(g) >= dtype.max_finite)
+    err = np.where(near_max, 0.0, np.abs(g - exp))
+    # ulps are counted at the element's condition scale: the larger of |value| and the magnitude of the
+    # terms that make it up (equal to |value| where nothing cancels, as in a norm's forward)
+    ulp = dtype.ulp(np.maximum(np.abs(exp), budget.m))
+    used = err / allowed
+    if used.size == 0:
+        return
+    worst = _index(used == used.max())
+    ulps = err / ulp
+    where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
+    record.observe(float(ulps.max()), float(used.max()), where)
+    if along is not None:
+        record.observe_along(along, what, ulps, allowed / ulp)
+    target(float(used.max()), label=f"{what} error / budget")
+    if used.max() > 1.0:
+        raise CheckFailure(
+            f"{what}: got {g[worst]:.8g} at {worst}, should be {exp[worst]:.8g} ± {allowed[worst]:.3g} "
+            f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp) [{call}]"
+        )
+
+
+def _index(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def call_op(
+    adapter: Adapter,
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    params: Mapping[str, Any],
+    call: str,
+    *cotangent: np.ndarray,
+) -> Any:
+    """Call ``forward`` (or ``vjp`` when a cotangent is given) on copies of the inputs, and fail if the
+    candidate wrote into them without declaring the operation in-place."""
+    copies = {k: v.copy() for k, v in inputs.items()}
+    fn = adapter.vjp if cotangent else adapter.forward
+    out = _invoke(call, fn, op, copies, params, *cotangent)
+    if op not in adapter.conventions.in_place_ops:
+        for k, v in copies.items():
+            if not np.array_equal(v, inputs[k], equal_nan=True):
+                raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
+    return out
+
+
+def check_forward(
+    adapter: Adapter, op: str, case: Case, dtype: Format, record: Record, along: Along | None = None
+) -> np.ndarray:
+    """The candidate's forward output agrees with the oracle within its declared rounding budget. ``along``:
+    also keep the worst error per bucket of that coordinate (the report's precision plots)."""
+    call = describe_call(adapter, op, case.inputs, case.params)
+    values = case.values()
+    expected = oracle.forward(op, values, case.params, adapter.conventions, dtype)
+    got: Any = None
+    try:
+        got = call_op(adapter, op, case.inputs, case.params, call)
+        got = _validate(got, expected.shape, dtype, f"{op} output", call)
+        record.examples += 1
+        budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
+        compare(got, expected, budget, dtype, f"{op} output", call, record, along)
+    except CheckFailure:
+        repro.store(record, op, dtype.name, [repro.call("forward", case.inputs, case.params, expected, got)])
+        raise
+    return got
+
+
+def check_vjp(
+    adapter: Adapter,
+    op: str,
+    case: Case,
+    cot: np.ndarray,
+    dtype: Format,
+    record: Record,
+    along: Mapping[str, Along] | None = None,
+) -> None:
+    """Every gradient the candidate returns agrees with the oracle's VJP within its budget. ``along``: for
+    the gradients it names, also keep the worst error per bucket of that coordinate."""
+    call = describe_call(adapter, op, case.inputs, case.params, kind="vjp")
+    values = case.values()
+    g = cot.astype(np.float64)
+    expected = oracle.vjp(op, values, case.params, adapter.conventions, dtype, g)
+    got: Any = None
+    try:
+        got = call_op(adapter, op, case.inputs, case.params, call, cot)
+        if not isinstance(got, Mapping):
+            raise CheckFailure(
+                f"vjp: got a {type(got).__name__}, should be a mapping of input name to gradient [{call}]"
+            )
+        missing = [k for k in OPS[op].inputs if k not in got]
+        if missing:
+            raise CheckFailure(f"vjp: got gradients for {sorted(got)}, should include {missing} [{call}]")
+        record.examples += 1
+        budget = budgets.VJP[op](values, case.params, adapter.conventions, dtype, g)
+        for name in OPS[op].inputs:
+            grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
+            compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record, (along or {}).get(name))
+    except CheckFailure:
+        repro.store(record, op, dtype.name, [repro.call("vjp", case.inputs, case.params, expected, got, cot)])
+        raise

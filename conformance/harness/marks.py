@@ -1,0 +1,41 @@
+"""How a check declares what it is and what it needs of a candidate: the ``conformance`` marker, and the
+values of an operation's named choices a check draws for an adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from transformer_conformance.adapters.contract import CHOICES, Adapter
+
+#: The prefix of the skip message of a check the candidate does not declare (reported *unsupported*).
+UNSUPPORTED = "unsupported: "
+
+
+def check(
+    id: str,
+    behaviour: str,
+    prop: str,
+    cites: str,
+    op: str | None = None,
+    grad: bool = False,
+    choices: Mapping[str, tuple[str, ...]] | None = None,
+) -> Any:
+    """Mark a test as a conformance check. ``op``: the contract operation it needs from the adapter
+    (``grad``: and its VJP); the check is *unsupported* for an adapter that does not declare them.
+    ``choices``: the values of ``op``'s named choices (``adapters.CHOICES``) the check draws; it draws only
+    those the adapter declares (:func:`declared`), the report names the others, and with none declared the
+    check is unsupported."""
+    return pytest.mark.conformance(
+        id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad, choices=dict(choices or {})
+    )
+
+
+def declared(adapter: Adapter, op: str, key: str, values: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The values of ``op``'s choice ``key`` a check draws for ``adapter``: those of ``values`` (default:
+    every value the contract defines) its capability declares, in their order."""
+    values = CHOICES[op][key] if values is None else values
+    cap = adapter.capabilities.get(op)
+    return values if cap is None else cap.declared(key, values)

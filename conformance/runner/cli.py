@@ -1,0 +1,69 @@
+"""``transformer-conformance [OPTIONS]`` (or ``python -m transformer_conformance.conformance``): run the
+installed suite's checks from any directory, as a candidate's own repository does.
+
+The checks are pytest tests inside this package (``conformance/checks``); the suite's options
+(``--adapter``, ``--dtype``, ``--behaviour``, ``--report-dir``...) come from its plugin, loaded with ``-p``
+so that pytest knows them before it reads the command line. This runs
+``pytest <the checks> -n auto OPTIONS`` and exits with pytest's status (0 conformant, 1 non-conformant,
+2 interrupted, 4 usage error, 5 nothing ran).
+
+The current directory's pytest configuration (its pytest.ini, pyproject.toml or conftest.py) is not read:
+the run is the suite's alone. Relative paths (``--report-dir``, default ``reports/out``) and the candidate's
+import path are the current directory's. Choose checks with ``--behaviour`` and ``-k``; a check module may
+also be named by its file name (``test_rmsnorm.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: The package that holds the checks, the harness and this runner.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: The check modules, one per behaviour.
+CHECKS_DIR = PACKAGE_DIR / "checks"
+#: The run's pytest configuration; ``-c`` makes pytest read it instead of looking for one.
+CONFIG = Path(__file__).resolve().parent / "run.ini"
+#: The pytest plugin that turns the checks into a conformance run.
+PLUGIN = "transformer_conformance.conformance.runner.plugin"
+
+#: One intra-op thread per worker process: the checks run tiny tensors.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def has_n(args: list[str]) -> bool:
+    """Whether the arguments choose the number of pytest-xdist workers themselves."""
+    return any(
+        a == "-n" or a.startswith(("-n=", "--numprocesses")) or (a.startswith("-n") and a[2:].isdigit()) for a in args
+    )
+
+
+def check_module(arg: str) -> str | None:
+    """The path of the check module ``arg`` names (``test_rmsnorm.py``, ``conformance/test_rmsnorm.py``,
+    optionally with ``::test_name``), or None if it names none."""
+    name, sep, rest = arg.partition("::")
+    path = CHECKS_DIR / Path(name).name
+    if not name.endswith(".py") or not Path(name).name.startswith("test_") or not path.is_file():
+        return None
+    return f"{path}{sep}{rest}"
+
+
+def pytest_args(args: list[str]) -> list[str]:
+    """The pytest command line for the given options: this package's checks, configured by it alone."""
+    modules = [m for m in map(check_module, args) if m is not None]
+    rest = [a for a in args if check_module(a) is None]
+    isolated = ["-c", str(CONFIG), "--rootdir", str(CHECKS_DIR), "--confcutdir", str(CHECKS_DIR), "-p", PLUGIN]
+    workers = [] if has_n(rest) else ["-n", "auto"]
+    return [*(modules or [str(CHECKS_DIR)]), *isolated, *workers, *rest]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pytest
+
+    for key, value in ONE_THREAD.items():
+        os.environ.setdefault(key, value)
+    # the candidate's import path is the current directory's, as under ``python -m``
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return int(pytest.main(pytest_args(sys.argv[1:] if argv is None else list(argv))))

@@ -1,0 +1,161 @@
+"""Hypothesis strategies for attention, the MLP family and decoder blocks: small shapes (the checks run every
+example through a candidate and the float64 oracle), reaching the edges that matter — GQA and MQA groupings,
+fewer queries than keys under a causal mask, peaked softmaxes, soft-capped logits, large positions, activations
+evaluated deep in their tails, and the normalised residual stream at tiny and large scales.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.reference.blocks import PLACEMENTS
+from transformer_conformance.reference.formats import Format
+from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
+
+
+@st.composite
+def attention_case(
+    draw: st.DrawFn,
+    dtype: Format,
+    causal: bool | None = None,
+    with_softcap: bool = True,
+    even_d: bool = False,
+    fewer_queries: bool | None = None,
+) -> Case:
+    """q (B, H_q, L_q, D), k and v (B, H_kv, L_k, ·) with H_q = groups·H_kv (MQA when H_kv = 1); causal cases keep
+    L_q ≤ L_k, and ``fewer_queries`` forces L_q < L_k (where the two causal alignments differ)."""
+    b = draw(st.integers(1, 2), label="B")
+    h_kv = draw(st.integers(1, 2), label="H_kv")
+    groups = draw(st.sampled_from([1, 2, 3]), label="query heads per KV head")
+    is_causal = draw(st.booleans(), label="causal") if causal is None else causal
+    lk = draw(st.integers(2 if fewer_queries else 1, 7), label="L_k")
+    if fewer_queries:
+        lq = draw(st.integers(1, lk - 1), label="L_q")
+    elif is_causal:
+        lq = draw(st.integers(1, lk), label="L_q")
+    else:
+        lq = draw(st.integers(1, 7), label="L_q")
+    d = draw(st.sampled_from([2, 4, 6, 8, 16] if even_d else [1, 2, 3, 4, 8, 16]), label="D")
+    dv = draw(st.sampled_from([1, 3, 4]), label="D_v")
+    # |q|, |k| up to 2^3: logits up to ~64·√D, a softmax peaked to one key
+    mag = draw(magnitudes(-3, 3), label="|q|, |k|")
+    softcap = draw(st.sampled_from([None, None, 50.0, 5.0, 1.0]), label="softcap") if with_softcap else None
+    seed = draw(seeds, label="seed")
+    inputs = {
+        "q": fill(dtype, (b, h_kv * groups, lq, d), mag, seed),
+        "k": fill(dtype, (b, h_kv, lk, d), mag, seed + 1),
+        "v": fill(dtype, (b, h_kv, lk, dv), draw(magnitudes(-2, 4), label="|v|"), seed + 2),
+    }
+    params: dict[str, Any] = {"causal": is_causal, "softcap": softcap}
+    return Case(inputs, params, {"|q|": mag, "seed": seed})
+
+
+@st.composite
+def qk_norm_case(draw: st.DrawFn, dtype: Format) -> Case:
+    case = draw(attention_case(dtype), label="attention")
+    d = case.inputs["q"].shape[-1]
+    seed = draw(seeds, label="weight seed")
+    inputs = dict(case.inputs)
+    inputs["q_weight"] = fill(dtype, (d,), 0.5, seed, offset=1.0)
+    inputs["k_weight"] = fill(dtype, (d,), 0.5, seed + 1, offset=1.0)
+    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    params = {"causal": case.params["causal"], "softcap": case.params["softcap"], "eps": eps}
+    return Case(inputs, params, case.about)
+
+
+@st.composite
+def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = None) -> Case:
+    """RoPE attention with the queries at the last L_q of the L_k key positions (as in decoding), positions
+    from 0 up to 10⁵."""
+    case = draw(attention_case(dtype, causal=causal, even_d=True), label="attention")
+    lq, lk = case.inputs["q"].shape[2], case.inputs["k"].shape[2]
+    pos_k = draw(positions(lk), label="key positions")
+    pos_q = pos_k[lk - lq :] if lq <= lk else np.arange(pos_k[0], pos_k[0] + lq, dtype=np.int64)
+    base = draw(st.sampled_from([10000.0, 500000.0]), label="base")
+    inputs = dict(case.inputs, q_positions=pos_q.copy(), k_positions=pos_k)
+    return Case(inputs, {**case.params, "base": base}, case.about)
+
+
+@st.composite
+def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...] | None = None) -> Case:
+    """An MLP (``gated``: a GLU) case with an activation among ``activations`` (default: all the contract names)."""
+    names = activations or (GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS)
+    act = draw(st.sampled_from(names), label="activation")
+    d = draw(st.integers(1, 24), label="d")
+    h = draw(st.integers(1, 40), label="h")
+    lead = draw(st.sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
+    seed = draw(seeds, label="seed")
+    # |x| up to 2^5 (2^3 in float16): GELU tails at x·w ≈ −10, squared ReLU and the gate grow like |x|²
+    mag = draw(magnitudes(-4, 3 if dtype.name == "float16" else 5), label="|x|")
+    x = fill(dtype, (*lead, d), mag, seed)
+    w_in, w_out = fill(dtype, (d, h), d**-0.5, seed + 1), fill(dtype, (h, d), h**-0.5, seed + 3)
+    if gated:
+        inputs = {"x": x, "w1": w_in, "w3": fill(dtype, (d, h), d**-0.5, seed + 2), "w2": w_out}
+    else:
+        inputs = {"x": x, "w_in": w_in, "w_out": w_out}
+    return Case(inputs, {"activation": act}, {"|x|": mag, "seed": seed})
+
+
+@st.composite
+def block_case(draw: st.DrawFn, dtype: Format, placement: str | None = None, zero_outputs: bool = False) -> Case:
+    """A tiny block: d ≤ 8, one or two KV heads with one to three query heads each, T ≤ 4, weights at
+    N(0, 1/fan_in), norm weights near 1; the stream at |x| from 2^-4 to 2^6."""
+    pl = draw(st.sampled_from(PLACEMENTS), label="placement") if placement is None else placement
+    h_kv = draw(st.integers(1, 2), label="H_kv")
+    groups = draw(st.integers(1, 3), label="query heads per KV head")
+    hd = 2 * draw(st.integers(1, 2), label="D/2")
+    d = draw(st.sampled_from([4, 6, 8]), label="d")
+    t = draw(st.integers(1, 4), label="T")
+    hidden = draw(st.integers(1, 12), label="h")
+    seed = draw(seeds, label="seed")
+    mag = draw(magnitudes(-4, 6 if dtype.name != "float16" else 4), label="|x|")
+    hq = h_kv * groups
+    # positions to just past bfloat16's 4096 edge: RoPE at long context is rope/* and rope-attention/*'s subject; here
+    # float32 angles at 10⁵ would leave a post-norm block's unnormalised logits undetermined
+    start = draw(st.sampled_from([0, 1, 2000, 4090]), label="first position")
+
+    def w(shape: tuple[int, int], k: int, scale: float = 1.0) -> np.ndarray:
+        return fill(dtype, shape, scale * shape[0] ** -0.5, seed + k)
+
+    out_scale = 0.0 if zero_outputs else 1.0
+    inputs = {
+        "x": fill(dtype, (1, t, d), mag, seed),
+        "attn_norm": fill(dtype, (d,), 0.2, seed + 1, offset=1.0),
+        "wq": w((d, hq * hd), 2),
+        "wk": w((d, h_kv * hd), 3),
+        "wv": w((d, h_kv * hd), 4),
+        "wo": w((hq * hd, d), 5, out_scale),
+        "mlp_norm": fill(dtype, (d,), 0.2, seed + 6, offset=1.0),
+        "w1": w((d, hidden), 7),
+        "w3": w((d, hidden), 8),
+        "w2": w((hidden, d), 9, out_scale),
+        "attn_post_norm": fill(dtype, (d,), 0.2, seed + 10, offset=1.0),
+        "mlp_post_norm": fill(dtype, (d,), 0.2, seed + 11, offset=1.0),
+        "positions": np.arange(start, start + t, dtype=np.int64),
+    }
+    params = {
+        "placement": pl,
+        "n_heads": hq,
+        "n_kv_heads": h_kv,
+        "eps": draw(st.sampled_from([1e-6, 1e-5]), label="eps"),
+        "base": 10000.0,
+    }
+    return Case(inputs, params, {"|x|": mag, "seed": seed})
+
+
+@st.composite
+def lm_head_case(draw: st.DrawFn, dtype: Format) -> Case:
+    d = draw(st.integers(1, 16), label="d")
+    vocab = draw(st.integers(1, 24), label="V")
+    seed = draw(seeds, label="seed")
+    mag = draw(magnitudes(-6, 8 if dtype.name != "float16" else 6), label="|x|")
+    inputs = {
+        "x": fill(dtype, (draw(st.integers(1, 3), label="tokens"), d), mag, seed),
+        "norm_weight": fill(dtype, (d,), 0.2, seed + 1, offset=1.0),
+        "w_head": fill(dtype, (d, vocab), d**-0.5, seed + 2),
+    }
+    return Case(inputs, {"eps": draw(st.sampled_from([1e-6, 1e-5]), label="eps")}, {"|x|": mag, "seed": seed})

@@ -1,0 +1,142 @@
+"""Hypothesis strategies for the checks: shapes, magnitudes and positions that reach the edges.
+
+Arrays are drawn as (shape, magnitude, offset, seed) and filled from NumPy's generator: fast for
+arrays of thousands of elements, shrinkable in the parameters that matter (shape and magnitude), and
+reproducible from the printed case. Every floating array is rounded to the dtype under test before
+anyone sees it, so the oracle and the candidate start from the same values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from transformer_conformance.reference.formats import Format
+
+#: Odd and power-of-two feature widths: odd widths catch vectorisation tails, large ones long reductions.
+WIDTHS = st.one_of(st.integers(1, 48), st.sampled_from([63, 64, 127, 128, 255, 256, 1024, 4096]))
+
+
+@dataclass
+class Case:
+    """One drawn example: the candidate's inputs (in the dtype), their float64 values, and parameters."""
+
+    inputs: dict[str, np.ndarray]
+    params: dict[str, Any]
+    about: dict[str, Any] = field(default_factory=dict)
+
+    def values(self) -> dict[str, np.ndarray]:
+        """The inputs as exact float64 (integers untouched)."""
+        return {k: v if v.dtype.kind in "iu" else v.astype(np.float64) for k, v in self.inputs.items()}
+
+
+def fill(dtype: Format, shape: tuple[int, ...], magnitude: float, seed: int, offset: float = 0.0) -> np.ndarray:
+    """Normal(offset, magnitude) values rounded to ``dtype`` (clipped to its finite range)."""
+    rng = np.random.default_rng(seed)
+    v = offset + magnitude * rng.standard_normal(shape)
+    return dtype.round(np.clip(v, -dtype.max_finite, dtype.max_finite))
+
+
+@st.composite
+def magnitudes(draw: st.DrawFn, lo: int, hi: int) -> float:
+    """m·2^e for a mantissa m in [1, 2) and e in [lo, hi]."""
+    return draw(st.floats(1.0, 2.0, exclude_max=True)) * 2.0 ** draw(st.integers(lo, hi))
+
+
+def norm_magnitudes(dtype: Format) -> st.SearchStrategy[float]:
+    """Tiny (mean(x²) near ε), ordinary and large activations; in float16 up to |x| ≈ 2^10, past the
+    |x| > 256 where a square or a sum taken in float16 overflows."""
+    return magnitudes(-12, 10 if dtype.name == "float16" else 8)
+
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def norm_case(draw: st.DrawFn, dtype: Format, with_bias: bool) -> Case:
+    rows = draw(st.integers(1, 4), label="rows")
+    n = draw(WIDTHS, label="n")
+    mag = draw(norm_magnitudes(dtype), label="|x|")
+    offset = draw(st.sampled_from([0.0, 0.0, 1.0, -3.0]), label="offset") * mag
+    seed = draw(seeds, label="seed")
+    eps = draw(st.sampled_from([1e-6, 1e-5, 1e-8, None]), label="eps")
+    inputs = {
+        "x": fill(dtype, (rows, n), mag, seed, offset),
+        "weight": fill(dtype, (n,), draw(st.sampled_from([0.5, 1.0, 2.0])), seed + 1, offset=1.0),
+    }
+    if with_bias:
+        inputs["bias"] = fill(dtype, (n,), 0.5, seed + 2)
+    return Case(inputs, {"eps": eps}, {"|x|": mag, "offset": offset, "seed": seed})
+
+
+@st.composite
+def positions(draw: st.DrawFn, t: int) -> np.ndarray:
+    """Positions from 0 … 64, from the 4096 edge where bfloat16 stops counting integers exactly, and
+    up to 10⁵ (long context)."""
+    start = draw(st.sampled_from([0, 1, 2000, 4090, 8191, 30000, 99_990]), label="first position")
+    stride = draw(st.integers(1, 7), label="stride")
+    return np.arange(start, start + stride * t, stride, dtype=np.int64)
+
+
+@st.composite
+def rope_case(draw: st.DrawFn, dtype: Format) -> Case:
+    half = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 32, 64])), label="d/2")
+    d = 2 * half
+    rotary_dim = draw(st.one_of(st.none(), st.integers(1, half).map(lambda k: 2 * k)), label="rotary_dim")
+    t = draw(st.integers(1, 6), label="T")
+    heads = draw(st.integers(1, 3), label="heads")
+    seed = draw(seeds, label="seed")
+    base = draw(st.sampled_from([10000.0, 10000.0, 500000.0, 100.0]), label="base")
+    x = fill(dtype, (heads, t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
+    return Case({"x": x, "positions": draw(positions(t))}, {"base": base, "rotary_dim": rotary_dim}, {"seed": seed})
+
+
+@st.composite
+def swiglu_case(draw: st.DrawFn, dtype: Format) -> Case:
+    d = draw(st.integers(1, 40), label="d")
+    h = draw(st.integers(1, 72), label="h")
+    lead = draw(st.sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
+    seed = draw(seeds, label="seed")
+    # |x| up to 2^5: the gated product grows like |x|², and float16 intermediates must stay finite
+    mag = draw(magnitudes(-3, 5 if dtype.name == "float16" else 8), label="|x|")
+    inputs = {
+        "x": fill(dtype, (*lead, d), mag, seed),
+        "w1": fill(dtype, (d, h), d**-0.5, seed + 1),
+        "w3": fill(dtype, (d, h), d**-0.5, seed + 2),
+        "w2": fill(dtype, (h, d), h**-0.5, seed + 3),
+    }
+    return Case(inputs, {}, {"|x|": mag, "seed": seed})
+
+
+@st.composite
+def logits_case(draw: st.DrawFn, dtype: Format, with_targets: bool) -> Case:
+    n = draw(st.integers(1, 4), label="tokens")
+    v = draw(st.one_of(st.integers(2, 40), st.sampled_from([255, 1000, 4099])), label="vocab")
+    seed = draw(seeds, label="seed")
+    spread = draw(st.sampled_from([0.5, 2.0, 8.0]), label="spread")
+    shift = draw(st.sampled_from([0.0, 0.0, 30.0, -50.0]), label="shift")
+    logits = fill(dtype, (n, v), spread, seed, offset=shift)
+    rng = np.random.default_rng(seed + 1)
+    targets = rng.integers(0, v, size=n)
+    confident = draw(st.sampled_from([0.0, 0.0, 20.0, 60.0]), label="confidence")
+    if confident:
+        # a large margin on the target: p(target) near 1, the loss near 0
+        f = logits.astype(np.float64)
+        f[np.arange(n), targets] = f.max(axis=-1) + confident
+        logits = dtype.round(f)
+    inputs = {"logits": logits}
+    params: dict[str, Any] = {}
+    if with_targets:
+        inputs["targets"] = targets.astype(np.int64)
+    else:
+        params["alpha"] = draw(st.sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
+    return Case(inputs, params, {"spread": spread, "shift": shift, "confidence": confident, "seed": seed})
+
+
+@st.composite
+def cotangent(draw: st.DrawFn, dtype: Format, shape: tuple[int, ...]) -> np.ndarray:
+    """A non-uniform upstream gradient of the output's shape."""
+    return fill(dtype, shape, draw(st.sampled_from([1.0, 0.01, 64.0]), label="|g|"), draw(seeds, label="g seed"))

@@ -1,0 +1,53 @@
+"""Hypothesis strategies for the loss reductions: ignored tokens (with any ignore_index, a vocabulary id
+included) and soft-capped logits around and far beyond the cap."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.common import Case, fill, logits_case, seeds
+from transformer_conformance.reference.formats import Format
+
+
+@st.composite
+def ignored_case(draw: st.DrawFn, dtype: Format) -> Case:
+    """logits_case with some tokens ignored (at least one kept): ignore_index −100, 0 or the last class."""
+    case: Case = draw(logits_case(dtype, with_targets=True), label="logits")
+    n, v = case.inputs["logits"].shape
+    extra = draw(st.integers(0, 5), label="extra tokens")
+    if extra:  # more tokens, so that the ignored ones are a real fraction of them
+        rows = fill(dtype, (extra, v), case.about["spread"], case.about["seed"] + 7, offset=case.about["shift"])
+        case.inputs["logits"] = np.concatenate([case.inputs["logits"], rows])
+        more = np.random.default_rng(case.about["seed"] + 8).integers(0, v, size=extra)
+        case.inputs["targets"] = np.concatenate([case.inputs["targets"], more]).astype(np.int64)
+        n += extra
+    ignore_index = draw(st.sampled_from([-100, -100, 0, v - 1]), label="ignore_index")
+    targets = case.inputs["targets"]
+    fraction = draw(st.sampled_from([0.0, 0.3, 0.7]), label="ignored fraction")
+    ignored = np.asarray(np.random.default_rng(draw(seeds, label="mask seed")).random(n) < fraction)
+    keep = draw(st.integers(0, n - 1), label="kept token")
+    ignored[keep] = False
+    if targets[keep] == ignore_index:
+        targets[keep] = (ignore_index + 1) % v
+    targets = np.where(ignored, ignore_index, np.where(targets == ignore_index, (targets + 1) % v, targets))
+    if ignore_index >= 0 and v == 1:
+        return case
+    case.inputs["targets"] = targets.astype(np.int64)
+    case.params = {"ignore_index": ignore_index}
+    case.about["ignored"] = int(ignored.sum())
+    return case
+
+
+@st.composite
+def softcap_case(draw: st.DrawFn, dtype: Format) -> Case:
+    """Logits of spread up to ~4c: the tanh's linear part, its knee and its saturation."""
+    cap = draw(st.sampled_from([30.0, 50.0, 5.0]), label="cap")
+    n = draw(st.integers(1, 4), label="tokens")
+    v = draw(st.one_of(st.integers(2, 40), st.sampled_from([255, 1000])), label="vocab")
+    seed = draw(seeds, label="seed")
+    spread = draw(st.sampled_from([0.5, 0.3, 1.0, 4.0]), label="spread / cap") * cap
+    shift = draw(st.sampled_from([0.0, 0.0, 1.0, -2.0]), label="shift / cap") * cap
+    alpha = draw(st.sampled_from([1e-4, 1e-4, 1e-2]), label="alpha")
+    logits = fill(dtype, (n, v), spread, seed, offset=shift)
+    return Case({"logits": logits}, {"alpha": alpha, "cap": cap}, {"seed": seed, "spread": spread})

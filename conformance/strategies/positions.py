@@ -1,0 +1,100 @@
+"""Hypothesis strategies for positions, ALiBi and RoPE context extension (conformance/strategies.py's style:
+arrays drawn as (shape, magnitude, seed) and rounded to the dtype under test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.reference.formats import Format
+from transformer_conformance.reference.rope_scaling import SCALING_TYPES
+
+#: Head counts: powers of two (the geometric rule) and the others (the interpolated rule), 1 and 64 included.
+HEADS = st.one_of(st.integers(1, 16), st.sampled_from([20, 24, 40, 64]))
+
+
+@st.composite
+def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
+    d = 2 * draw(st.one_of(st.integers(1, 8), st.sampled_from([32, 64, 256])), label="d/2")
+    t = draw(st.integers(1, 6), label="T")
+    seed = draw(seeds, label="seed")
+    mag = draw(st.one_of(st.just(0.0), magnitudes(-6, 4)), label="|x|")
+    x = fill(dtype, (draw(st.integers(1, 2), label="batch"), t, d), mag, seed)
+    base = draw(st.sampled_from([10000.0, 10000.0, 100.0, 500000.0]), label="base")
+    return Case({"x": x, "positions": draw(positions(t))}, {"base": base}, {"|x|": mag, "seed": seed})
+
+
+@st.composite
+def learned_case(draw: st.DrawFn, dtype: Format) -> Case:
+    """A table of L rows and T in-range positions, repeats likely (a repeated position's gradient adds up)."""
+    n = draw(st.one_of(st.integers(1, 16), st.sampled_from([512, 2048])), label="L")
+    d = draw(st.integers(1, 48), label="d")
+    seed = draw(seeds, label="seed")
+    t = draw(st.integers(1, 12), label="T")
+    pos = np.random.default_rng(seed).integers(0, min(n, draw(st.sampled_from([2, 4, n]), label="distinct")), size=t)
+    if draw(st.booleans(), label="last row"):
+        pos[-1] = n - 1  # the largest defined position, L − 1
+    table = fill(dtype, (n, d), draw(magnitudes(-4, 4), label="|table|"), seed + 1)
+    return Case({"table": table, "positions": pos.astype(np.int64)}, {}, {"seed": seed})
+
+
+@st.composite
+def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
+    h = draw(HEADS, label="H")
+    tq, tk = draw(st.integers(1, 5), label="Tq"), draw(st.integers(1, 6), label="Tk")
+    seed = draw(seeds, label="seed")
+    start = draw(st.sampled_from([0, 0, 7, 4090, 30000]), label="first position")
+    qp = start + np.sort(np.random.default_rng(seed).integers(0, draw(st.sampled_from([8, 64, 5000])), size=tq))
+    kp = start + np.arange(tk, dtype=np.int64) * draw(st.integers(1, 9), label="key stride")
+    mag = draw(st.one_of(st.just(0.0), magnitudes(-4, 5)), label="|scores|")
+    scores = fill(dtype, (draw(st.integers(1, 2), label="batch"), h, tq, tk), mag, seed + 1)
+    return Case(
+        {"scores": scores, "q_positions": qp.astype(np.int64), "k_positions": kp.astype(np.int64)},
+        {},
+        {"seed": seed},
+    )
+
+
+@st.composite
+def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64) -> dict[str, Any]:
+    """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192."""
+    kind = draw(st.sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
+    factor = draw(st.sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
+    original = draw(st.sampled_from([16, 64, 2048, 4096, 8192]), label="trained length")
+    params: dict[str, Any] = {"type": kind, "factor": factor}
+    if kind in ("dynamic", "yarn", "llama3"):
+        params["original_max_position_embeddings"] = original
+    if kind == "yarn" and draw(st.booleans(), label="custom betas"):
+        params |= {"beta_fast": draw(st.sampled_from([16, 32, 64])), "beta_slow": draw(st.sampled_from([1, 2]))}
+    if kind == "llama3":
+        params |= {"low_freq_factor": 1.0, "high_freq_factor": draw(st.sampled_from([4.0, 2.0, 8.0]))}
+    if kind == "longrope":
+        # as Phi-3's: short factors near 1, long factors rising from 1 towards the low frequencies
+        rng = np.random.default_rng(draw(st.integers(0, 2**16), label="factor lists seed"))
+        half = rotary_dim // 2
+        params |= {
+            "original_max_position_embeddings": original,
+            "short_factor": [round(float(f), 4) for f in rng.uniform(1.0, 1.25, half)],
+            "long_factor": [round(float(f), 4) for f in np.sort(rng.uniform(1.0, 2 * factor, half))],
+        }
+    return params
+
+
+@st.composite
+def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SCALING_TYPES) -> Case:
+    half = draw(st.one_of(st.integers(2, 8), st.sampled_from([16, 32, 64])), label="d/2")
+    d = 2 * half
+    rotary_dim = draw(st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)), label="rotary_dim")
+    t = draw(st.integers(1, 5), label="T")
+    seed = draw(seeds, label="seed")
+    base = draw(st.sampled_from([10000.0, 10000.0, 500000.0]), label="base")
+    x = fill(dtype, (draw(st.integers(1, 2), label="heads"), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
+    rule = draw(scaling(kinds, rotary_dim or d))
+    return Case(
+        {"x": x, "positions": draw(positions(t))},
+        {"base": base, "rotary_dim": rotary_dim, "scaling": rule},
+        {"seed": seed},
+    )
