@@ -318,12 +318,17 @@ def validate(obj: object, origin: str) -> Adapter:
     if not isinstance(obj.name, str) or not obj.name:
         raise ContractError(f"{origin}: adapter.name must be a non-empty string")
     if not isinstance(obj.conventions, Conventions):
-        raise ContractError(f"{origin}: adapter.conventions must be an adapters.Conventions")
+        raise ContractError(f"{origin}: adapter.conventions must be a transformer_conformance.adapters.Conventions")
+    if not isinstance(obj.capabilities, Mapping):
+        raise ContractError(
+            f"{origin}: adapter.capabilities must be a mapping of operation name to Capability, "
+            f"not {type(obj.capabilities).__name__}"
+        )
     for op, cap in obj.capabilities.items():
         if op not in OPS:
             raise ContractError(f"{origin}: declares unknown operation {op!r}; the contract defines {', '.join(OPS)}")
         if not isinstance(cap, Capability):
-            raise ContractError(f"{origin}: capabilities[{op!r}] must be an adapters.Capability")
+            raise ContractError(f"{origin}: capabilities[{op!r}] must be a transformer_conformance.adapters.Capability")
         bad = sorted(set(cap.dtypes) - set(DTYPES))
         if bad:
             raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")

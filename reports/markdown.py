@@ -116,6 +116,13 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _settings(report: dict[str, Any]) -> str:
+    h = report["hypothesis"]
+    if "max_examples" not in h:
+        return ""
+    return f" ({h['max_examples']} examples a check{', derandomised' if h.get('derandomize') else ''})"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     checks = report["checks"]
     s = report["summary"]
@@ -127,12 +134,19 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ".",
         "",
         f"Suite {report['suite_version']}, schema {report['schema_version']}; Hypothesis profile "
-        f"`{report['hypothesis']['profile']}`, seed `{report['hypothesis']['seed']}`; {report['created']}; "
-        f"{report['duration_s']:.1f} s.",
+        f"`{report['hypothesis']['profile']}`, seed `{report['hypothesis']['seed']}`{_settings(report)}; "
+        f"{report['created']}; {report['duration_s']:.1f} s.",
         "",
         "Cells: status, then the worst error seen in ulps of the dtype against the float64 oracle "
         "(docs/report.md explains how to read them).",
     ]
+    for name in report.get("unchecked", []):
+        lines += [
+            "",
+            f"> **Nothing of `{_esc(name)}` was checked**: every check was unsupported, deselected or skipped, so "
+            "this run verified nothing of it (exit status 5). Declare what the candidate implements "
+            "(`capabilities`), or widen `--behaviour` / `--dtype` / `-k`.",
+        ]
     surprises = [c for c in checks if c["status"] == "unexpectedly_passed"]
     if surprises:
         lines += [

@@ -67,11 +67,15 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def verdict(checks: Sequence[dict[str, Any]], exitstatus: int) -> str:
+def verdict(checks: Sequence[dict[str, Any]], exitstatus: int, unchecked: Sequence[str] = ()) -> str:
+    """The run's verdict. ``unchecked``: candidates of which no check ran (all unsupported, deselected or
+    skipped): the run verified nothing of them, which is never conformant."""
     if exitstatus in (2, 3):  # interrupted or internal error: what is here is partial
         return "incomplete"
     if any(c["status"] in ("failed", "error") for c in checks):
         return "non-conformant"
+    if unchecked or not checks:
+        return "nothing-checked"
     if any(c["status"] == "known_failure" or kind(c) == "expected_skip" for c in checks):
         return "known-failures"  # nothing new failed; what an expectation file excuses remains
     return "conformant"
@@ -86,6 +90,8 @@ def build_report(
     exitstatus: int,
     specs: Mapping[str, str] | None = None,
     expectations: Mapping[str, Any] | None = None,
+    unchecked: Sequence[str] = (),
+    hypothesis_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
@@ -96,9 +102,15 @@ def build_report(
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - started, 3),
         "exit_status": exitstatus,
-        "verdict": verdict(checks, exitstatus),
+        "verdict": verdict(checks, exitstatus, unchecked),
+        **({"unchecked": list(unchecked)} if unchecked else {}),
         "summary": summary,
-        "hypothesis": {"profile": profile, "seed": seed, "version": _lib_versions(["hypothesis"]).get("hypothesis")},
+        "hypothesis": {
+            "profile": profile,
+            "seed": seed,
+            "version": _lib_versions(["hypothesis"]).get("hypothesis"),
+            **(hypothesis_settings or {}),
+        },
         "environment": {
             "python": sys.version.split()[0],
             "platform": platform.platform(),

@@ -29,7 +29,7 @@ class Run:
         return [c for c in self.report["checks"] if all(c.get(k) == v for k, v in match.items())]
 
 
-def run_suite(report_dir: Path, *args: str, timeout: float = 600) -> Run:
+def run_suite(report_dir: Path, *args: str) -> Run:
     """``transformer-conformance -n 0 -q --report-dir REPORT_DIR ARGS`` from the repository (so that
     ``tests.planted:...`` imports), as a subprocess; check modules named in ARGS (``test_rmsnorm.py``) narrow
     the run to them."""
@@ -47,6 +47,5 @@ def run_suite(report_dir: Path, *args: str, timeout: float = 600) -> Run:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=timeout,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr, report_dir)

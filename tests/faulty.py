@@ -68,6 +68,16 @@ class OnlyRmsNormFloat32(NumpyAdapter):
         self.capabilities = {"rms_norm": Capability(dtypes=frozenset({"float32"}), grad=False)}
 
 
+class DeclaresNothing(NumpyAdapter):
+    """A candidate whose capabilities are empty: nothing of it can be checked."""
+
+    name = "declares-nothing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capabilities = {}
+
+
 class NotAnAdapter:
     name = "broken"
 
@@ -82,6 +92,7 @@ def _with(**attrs: Any) -> NumpyAdapter:
 not_an_adapter = NotAnAdapter()
 bad_conventions = _with(conventions={"rope_layout": "half"})
 unknown_op = _with(capabilities={"flash_attention": Capability()})
+capabilities_list = _with(capabilities=["rms_norm"])
 
 
 class InterruptsRun(NumpyAdapter):

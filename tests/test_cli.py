@@ -33,7 +33,9 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
         (["--adapter", "no_such_pkg.mod:Adapter"], "cannot import 'no_such_pkg.mod': ModuleNotFoundError"),
         (["--adapter", "tests.faulty:Missing"], "module 'tests.faulty' has no attribute 'Missing'"),
         (["--adapter", "tests.faulty:not_an_adapter"], "is not an adapter: it has no conventions"),
-        (["--adapter", "tests.faulty:bad_conventions"], "adapter.conventions must be an adapters.Conventions"),
+        (["--adapter", "tests.faulty:bad_conventions"], "must be a transformer_conformance.adapters.Conventions"),
+        (["--adapter", "tests.faulty:capabilities_list"], "adapter.capabilities must be a mapping of operation name"),
+        (["--behaviour", "nope"], "unknown behaviour 'nope'; expected one of accounting, alibi, attention"),
         (["--adapter", "tests.faulty:unknown_op"], "declares unknown operation 'flash_attention'"),
         (["--adapter", "numpy,numpy"], "two adapters share the name 'numpy'"),
         (["--dtype", "float8"], "unknown dtype 'float8'; expected one of float32, bfloat16, float16"),
@@ -44,6 +46,8 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
         "no-attr",
         "not-adapter",
         "bad-conventions",
+        "capabilities-not-a-mapping",
+        "unknown-behaviour",
         "unknown-op",
         "duplicate",
         "bad-dtype",
@@ -152,7 +156,7 @@ def test_hang_is_stopped_and_reported(tmp_path: Path) -> None:
     )
     assert run.returncode == 1
     hung = run.checks(check="rms_norm/forward")[0]
-    assert hung["status"] == "failed" and "(hung)" in hung["message"]
+    assert hung["status"] == "failed" and "hung: made no progress" in hung["message"], hung["message"]
     assert all(c["status"] == "passed" for c in run.checks(behaviour="rope"))
 
 
@@ -172,3 +176,51 @@ def test_crash_is_isolated(tmp_path: Path) -> None:
     assert crashed and "ended the process" in crashed[0]["message"]
     rope = run.checks(behaviour="rope")
     assert rope and all(c["status"] == "passed" for c in rope)
+
+
+def test_nothing_checked_is_not_conformant(tmp_path: Path) -> None:
+    """A candidate of which no check ran (it declares nothing) is not a pass: its own verdict, exit 5."""
+    run = run_suite(tmp_path, "--adapter=tests.faulty:DeclaresNothing", "test_rmsnorm.py")
+    assert run.returncode == 5, run.stdout[-2000:] + run.stderr[-2000:]
+    report = run.report
+    assert report["verdict"] == "nothing-checked" and report["exit_status"] == 5
+    assert report["unchecked"] == ["declares-nothing"]
+    assert report["summary"]["unsupported"] > 0 and report["summary"]["passed"] == 0
+    assert "Nothing of `declares-nothing` was checked" in (tmp_path / "report.md").read_text()
+    assert "nothing was verified" in run.stdout
+
+
+def test_one_unchecked_candidate_fails_the_gate(tmp_path: Path) -> None:
+    """Beside a candidate that passes, one of which nothing ran still makes the run nothing-checked."""
+    run = run_suite(tmp_path, "--adapter=numpy,tests.faulty:DeclaresNothing", "test_rmsnorm.py", "-k", "forward")
+    assert run.returncode == 5, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.report["verdict"] == "nothing-checked" and run.report["unchecked"] == ["declares-nothing"]
+    assert run.report["summary"]["passed"] > 0
+
+
+def _cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_conformance.conformance", *args], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_version_is_the_suites() -> None:
+    from importlib.metadata import version
+
+    out = _cli("--version")
+    assert out.startswith(f"transformer-conformance {version('transformer-conformance')} (pytest "), out
+
+
+def test_help_starts_with_the_suites_options() -> None:
+    lines = _cli("--help").splitlines()
+    assert lines[0] == "usage: transformer-conformance [OPTIONS]"
+    assert len(lines) < 80
+    options = [line.split()[0] for line in lines if line.startswith("  --")]
+    for name in ("--adapter", "--dtype", "--behaviour", "--expectations", "--report-dir", "--help-pytest"):
+        assert name in options, lines
+    assert "--hypothesis-profile" in _cli("--help-pytest")

@@ -28,8 +28,8 @@ ADAPTER = "tiny_kernels.conformance_adapter:TinyKernelsAdapter"
 
 
 def run_from(cwd: Path, report_dir: Path, *args: str, path: tuple[Path, ...] = ()) -> Run:
-    """``python -m conformance ARGS`` in ``cwd`` (the suite on PYTHONPATH, as if installed), on one process."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (ROOT, *path))), OMP_NUM_THREADS="1")
+    """``python -m transformer_conformance.conformance ARGS`` in ``cwd`` (the installed suite), on one process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, path)), OMP_NUM_THREADS="1")
     env.pop("GITHUB_STEP_SUMMARY", None)
     proc = subprocess.run(
         [
@@ -47,7 +47,6 @@ def run_from(cwd: Path, report_dir: Path, *args: str, path: tuple[Path, ...] = (
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr, report_dir)
 
@@ -62,6 +61,25 @@ def test_example_conforms_from_its_own_directory(tmp_path: Path) -> None:
     (adapter,) = run.report["adapters"]
     assert adapter["spec"] == ADAPTER and adapter["conventions"]["rope_layout"] == "interleaved"
     assert (tmp_path / "report.md").read_text().startswith("# Conformance report")
+
+
+def test_console_script_finds_the_candidate_in_the_current_directory(tmp_path: Path) -> None:
+    """The ``transformer-conformance`` console script, uninstalled candidate, from the candidate's directory:
+    the import path resolves there (as under ``python -m``), in the worker processes too."""
+    exe = Path(sys.executable).parent / "transformer-conformance"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    args = ["--adapter", ADAPTER, "--behaviour", "rms_norm", "--dtype", "float32", "-k", "forward"]
+    proc = subprocess.run(
+        [str(exe), "-n", "1", "-q", "--report-dir", str(tmp_path), *args],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert {c["status"] for c in Run(0, "", "", tmp_path).checks(adapter="tiny-kernels")} == {"passed"}
 
 
 def test_planted_defect_in_a_copy_is_caught(tmp_path: Path) -> None:

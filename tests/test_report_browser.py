@@ -31,7 +31,7 @@ def _chromium(page: Path, tmp_path: Path, *args: str) -> str:
         [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args, page.as_uri()],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,  # only against a browser that never exits: far above any load's slowdown
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

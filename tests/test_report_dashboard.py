@@ -40,7 +40,6 @@ def site(defect_run: Run, builtin_run: Run, tmp_path_factory: pytest.TempPathFac
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
         check=False,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # built, but some files were rejected
@@ -100,7 +99,6 @@ def test_nothing_to_merge(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
         check=False,
     )
     assert proc.returncode == 2

@@ -96,7 +96,7 @@ def _run_script(script: str, tmp_path: Path) -> str:
     path = tmp_path / "repro.py"
     path.write_text(script)
     proc = subprocess.run(
-        [sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

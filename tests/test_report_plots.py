@@ -166,7 +166,6 @@ def test_dashboard_with_perf_json(precision_run: Run, tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
         check=False,
     )
     assert proc.returncode == 1, proc.stderr

@@ -7,8 +7,6 @@ of the run.
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +17,7 @@ from hypothesis import target
 from transformer_conformance.adapters.contract import OPS, Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
-from transformer_conformance.conformance.harness import repro
+from transformer_conformance.conformance.harness import repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -81,37 +79,29 @@ CALL_TIMEOUT = 60.0
 _HUNG: dict[str, str] = {}  # "adapter.op" -> the call that hung: later calls fail at once instead of waiting
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise _Timeout
+_CALLED: set[str] = set()  # "adapter.op" already called once: its warm-up is over
 
 
 def _invoke(call: str, fn: Any, *args: Any) -> Any:
-    """Call the candidate; any exception, or a call that does not return within CALL_TIMEOUT, is a verdict."""
+    """Call the candidate; any exception, or a call judged hung (harness/watchdog.py: no progress for
+    CALL_TIMEOUT seconds, or that much CPU time used — ten times as much on an operation's first call), is a
+    verdict."""
     key = call.split("(", 1)[0]
     if key in _HUNG:
-        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s earlier in this run (hung) [{_HUNG[key]}]")
-    timed = CALL_TIMEOUT > 0 and threading.current_thread() is threading.main_thread()
-    if timed:
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, CALL_TIMEOUT)
+        raise CheckFailure(f"hung earlier in this run [{_HUNG[key]}]")
+    first = key not in _CALLED
+    _CALLED.add(key)
     try:
-        return fn(*args)
+        with watchdog.watch(CALL_TIMEOUT, first_call=first):
+            return fn(*args)
     except CheckFailure:
         raise
-    except _Timeout:
+    except watchdog.Hung as exc:
         _HUNG[key] = call
-        raise CheckFailure(f"did not return within {CALL_TIMEOUT:g} s (hung) [{call}]") from None
+        raise CheckFailure(f"hung: {exc.reason} (--example-timeout {CALL_TIMEOUT:g} s) [{call}]") from None
     except Exception as exc:  # noqa: BLE001 - a candidate's exception is a verdict
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise CheckFailure(f"raised {type(exc).__name__}: {first} [{call}]") from None
-    finally:
-        if timed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckFailure(f"raised {type(exc).__name__}: {first_line} [{call}]") from None
 
 
 def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: str) -> np.ndarray:

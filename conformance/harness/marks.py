@@ -13,6 +13,26 @@ from transformer_conformance.adapters.contract import CHOICES, Adapter
 #: The prefix of the skip message of a check the candidate does not declare (reported *unsupported*).
 UNSUPPORTED = "unsupported: "
 
+#: Every behaviour a check may name (``--behaviour`` accepts these; the report groups checks by them).
+BEHAVIOURS = (
+    "accounting",
+    "alibi",
+    "attention",
+    "blocks",
+    "cross_entropy",
+    "cross_entropy_mean",
+    "layer_norm",
+    "learned",
+    "mlp",
+    "rms_norm",
+    "rope",
+    "rope_scaling",
+    "sinusoidal",
+    "softcap_z_loss",
+    "swiglu",
+    "z_loss",
+)
+
 
 def check(
     id: str,
@@ -28,6 +48,8 @@ def check(
     ``choices``: the values of ``op``'s named choices (``adapters.CHOICES``) the check draws; it draws only
     those the adapter declares (:func:`declared`), the report names the others, and with none declared the
     check is unsupported."""
+    if behaviour not in BEHAVIOURS:
+        raise ValueError(f"check {id!r}: unknown behaviour {behaviour!r}; add it to BEHAVIOURS")
     return pytest.mark.conformance(
         id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad, choices=dict(choices or {})
     )

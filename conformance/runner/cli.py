@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 #: The package that holds the checks, the harness and this runner.
@@ -58,12 +59,88 @@ def pytest_args(args: list[str]) -> list[str]:
     return [*(modules or [str(CHECKS_DIR)]), *isolated, *workers, *rest]
 
 
+def version() -> str:
+    """This suite's version with the versions that decide how it runs."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    def v(name: str) -> str:
+        try:
+            return dist_version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"transformer-conformance {v('transformer-conformance')} (pytest {v('pytest')}, "
+        f"hypothesis {v('hypothesis')}, pytest-xdist {v('pytest-xdist')}, python {sys.version.split()[0]})"
+    )
+
+
+class _Options:
+    """Collects the plugin's options as pytest's parser would, to print them."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[str, str, str]] = []
+
+    def getgroup(self, *args: object, **kw: object) -> _Options:
+        return self
+
+    def addoption(self, *names: str, **kw: object) -> None:
+        metavar = str(kw.get("metavar", "")) if kw.get("action") not in ("store_true",) else ""
+        self.options.append((", ".join(names), metavar, str(kw.get("help", ""))))
+
+
+def usage() -> str:
+    """``--help``: the suite's own options first; pytest's are one option away."""
+    from transformer_conformance.conformance.runner import plugin
+
+    collected = _Options()
+    plugin.pytest_addoption(collected)  # type: ignore[arg-type]
+    lines = [
+        "usage: transformer-conformance [OPTIONS]",
+        "",
+        "Check transformer building blocks against the float64 oracle and write the report (docs/report.md).",
+        "Exit status: 0 conformant (or only known failures), 1 non-conformant, 2 interrupted, 4 usage error,",
+        "5 nothing checked (no check of some candidate ran).",
+        "",
+        "suite options:",
+    ]
+    for names, metavar, text in collected.options:
+        head = f"  {names} {metavar}".rstrip()
+        lines.append(head)
+        lines += [f"      {part}" for part in textwrap.wrap(text, 96)]
+    lines += [
+        "",
+        "often used pytest options:",
+        "  -n N                  worker processes (default: auto, one per core; 0: none)",
+        "  -k EXPRESSION         only the checks whose names match",
+        "  -q, -v                less or more output",
+        "  --hypothesis-profile=NAME   ci (default, derandomised), dev, thorough",
+        "  --hypothesis-seed=N   with a random profile, the seed",
+        "  test_rmsnorm.py       only the checks of this module (a file name of conformance/checks)",
+        "",
+        "  --version             the suite's version and the versions it runs with",
+        "  --help-pytest         every pytest option",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--version" in args or "-V" in args:
+        print(version())
+        return 0
+    if "--help" in args or "-h" in args:
+        print(usage(), end="")
+        return 0
+    args = ["--help" if a == "--help-pytest" else a for a in args]
+
     import pytest
 
     for key, value in ONE_THREAD.items():
         os.environ.setdefault(key, value)
-    # the candidate's import path is the current directory's, as under ``python -m``
+    # the candidate's import path is the current directory's, as under ``python -m`` (xdist's workers get the
+    # same sys.path)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return int(pytest.main(pytest_args(sys.argv[1:] if argv is None else list(argv))))
+    return int(pytest.main(pytest_args(args)))

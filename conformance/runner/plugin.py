@@ -24,7 +24,7 @@ from transformer_conformance.adapters.registry import DEFAULT, AdapterLoadError,
 from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
 from transformer_conformance.conformance.harness import compare
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
-from transformer_conformance.conformance.harness.marks import UNSUPPORTED
+from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
 from transformer_conformance.conformance.runner import expectations, profiles
 from transformer_conformance.reference.formats import TESTED_DTYPES, Format, fmt
 
@@ -59,13 +59,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DTYPE",
         help=f"dtype to check (repeatable; default: all of {', '.join(TESTED_DTYPES)})",
     )
-    group.addoption("--device", default="cpu", help="device for built-in adapters: cpu or cuda (default: cpu)")
+    group.addoption(
+        "--device", default="cpu", metavar="DEVICE", help="device for built-in adapters: cpu or cuda (default: cpu)"
+    )
     group.addoption(
         "--example-timeout",
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="a candidate call that takes longer is stopped and fails as hung (default: 60; 0: no limit)",
+        help="a candidate call is stopped and fails as hung when it makes no progress for this long, or uses this "
+        "much CPU time (ten times as much on an operation's first call); a busy machine does not count "
+        "(default: 60; 0: never)",
     )
     group.addoption(
         "--behaviour",
@@ -97,6 +101,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The check modules (conformance/checks): the only tests a conformance run collects.
+CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
+
+
+def _only_the_suites_checks(config: pytest.Config) -> None:
+    """A path on the command line outside the suite's checks would have pytest collect it (and the conftest
+    files around it): refuse it with one line rather than run something else."""
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve()
+        if path != CHECKS_DIR and CHECKS_DIR not in path.parents:
+            raise pytest.UsageError(
+                f"{arg!r} is not one of the suite's check modules: choose checks with --behaviour, -k or a module "
+                "name such as test_rmsnorm.py"
+            )
+
+
+def in_force() -> dict[str, Any]:
+    """The Hypothesis settings every check runs under (the profile's, after the command line), for the report:
+    a run is reproducible only with them, and a caller's configuration must not have changed them."""
+    current = settings.default
+    return {
+        "max_examples": current.max_examples,
+        "derandomize": current.derandomize,
+        "phases": [phase.name for phase in current.phases],
+        "deadline": None if current.deadline is None else current.deadline.total_seconds(),
+    }
+
+
 def _split(values: list[str]) -> list[str]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
@@ -106,6 +138,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for d in _split(config.getoption("dtype")):
         if d not in TESTED_DTYPES:
             raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
+    if not hasattr(config, "workerinput"):
+        _only_the_suites_checks(config)
+    for b in _split(config.getoption("behaviour")):
+        if b not in BEHAVIOURS:
+            raise pytest.UsageError(f"unknown behaviour {b!r}; expected one of {', '.join(BEHAVIOURS)}")
     specs = expand(_split(config.getoption("adapter"))) or list(DEFAULT)
     interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton_env.py)
     adapters: list[Adapter] = []
@@ -452,15 +489,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config.stash[UNMATCHED_KEY] = unmatched
     for entry in unmatched:
         expectations.warn(entry, f"{entry.label()} matches no check in this run")
+    unchecked = [a.name for a in config.stash[ADAPTERS_KEY] if not any(_executed(r, a.name) for r in results)]
+    if unchecked and int(exitstatus) == int(pytest.ExitCode.OK):
+        # nothing of some candidate was checked: a gate must not pass on it (docs/report.md, "Verdicts")
+        session.exitstatus = exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+    config.stash[UNCHECKED_KEY] = unchecked
     paths = write_reports(
         Path(config.getoption("report_dir")),
         results=results,
         adapters=config.stash[ADAPTERS_KEY],
         specs=config.stash[SPECS_KEY],
         profile=settings._current_profile or profiles.DEFAULT_PROFILE,
+        hypothesis_settings=in_force(),
         seed=config.getoption("hypothesis_seed", None),
         started=config.stash[STARTED_KEY],
         exitstatus=int(exitstatus),
+        unchecked=unchecked,
         perf=config.stash.get(PERF_KEY, (None, ""))[0],
         expectations={
             "files": list(config.getoption("expectations")),
@@ -471,6 +515,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 REPORT_PATHS_KEY = pytest.StashKey[list[Path]]()
+UNCHECKED_KEY = pytest.StashKey[list[str]]()
+#: statuses of a check that ran against the candidate (whatever its outcome)
+EXECUTED = frozenset({"passed", "failed", "error", "known_failure", "unexpectedly_passed"})
+
+
+def _executed(result: dict[str, Any], adapter: str) -> bool:
+    return result["adapter"] == adapter and result["status"] in EXECUTED
 UNMATCHED_KEY = pytest.StashKey[list[expectations.Entry]]()
 
 
@@ -490,6 +541,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             )
         for e in config.stash.get(UNMATCHED_KEY, []):
             terminalreporter.write_line(f"  matches no check: {e.label()}", yellow=True)
+    unchecked = config.stash.get(UNCHECKED_KEY, [])
+    if unchecked and not hasattr(config, "workerinput"):
+        terminalreporter.write_sep("-", "nothing checked", red=True)
+        for name in unchecked:
+            terminalreporter.write_line(
+                f"  no check of {name} ran (every check unsupported, deselected or skipped): nothing was verified",
+                red=True,
+                bold=True,
+            )
     paths = config.stash.get(REPORT_PATHS_KEY, None)
     if paths:
         terminalreporter.write_sep("-", "conformance report")
