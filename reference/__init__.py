@@ -28,7 +28,15 @@ from transformer_conformance.reference.swiglu import (
     swiglu_mlp_vjp,
 )
 
+#: The seed documents the checks cite, by id (docs/seeds.md): the report names them for its readers.
+SEEDS = {
+    "seed-000": "“Positions, normalization and the residual stream”",
+    "seed-002": "“Chapter 3 Transformer Architecture Interview Essentials”",
+    "seed-004": "an article on positional encoding and the residual stream",
+}
+
 __all__ = [
+    "SEEDS",
     "accounting",
     "cross_entropy",
     "cross_entropy_vjp",

@@ -115,6 +115,36 @@ def fmt_ulp(v: Any) -> str:
     return f"{float(v):.3g}"
 
 
+def fmt_share(v: Any) -> str:
+    """A share of an error budget as a reader compares it: a percentage up to 10×, then a multiple."""
+    if v is None or isinstance(v, str):
+        return "" if v is None else v
+    x = float(v)
+    if x != x:
+        return "nan"
+    return f"{x:.0%}" if x < 9.995 else f"{x:.3g}× budget"
+
+
+def share(c: dict[str, Any]) -> Any:
+    """The share of its budget a check used: within the budget, the share beyond the output's final rounding
+    (0 for a correctly rounded result); over it, how many times the whole budget (older reports: the whole
+    budget's share throughout)."""
+    used, margin = c.get("budget_used"), c.get("margin")
+    if margin is None or not isinstance(used, int | float) or used > 1.0:
+        return used
+    return margin
+
+
+def severity(c: dict[str, Any]) -> tuple[int, float]:
+    """Sort key of failures, most severe first: a failure with no measured error (an exception, NaN, a wrong
+    shape, a broken property) before any measured one, then by how far over its budget its worst example is."""
+    worst = (c.get("extra") or {}).get("worst") or {}
+    try:
+        return (1, -float(worst["share"]))
+    except (KeyError, TypeError, ValueError):
+        return (0, 0.0)
+
+
 def page(title: str, body: str) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'

@@ -20,12 +20,15 @@ from transformer_conformance.reports.html_page import (
     STATUS_WORD,
     data_url,
     esc,
+    fmt_share,
     fmt_ulp,
     kind,
     legend,
     not_declared,
     page,
     safe_filename,
+    severity,
+    share,
 )
 from transformer_conformance.reports.html_perf import perf_section
 from transformer_conformance.reports.html_plots import precision_plots
@@ -71,13 +74,16 @@ def _cell(c: dict[str, Any] | None, anchors: dict[int, str]) -> str:
     ulp = fmt_ulp(c.get("max_ulp"))
     if ulp:
         tip += f"; worst {ulp} ulp"
+        if share(c) is not None:
+            tip += f", {fmt_share(share(c))} of its budget beyond the final rounding"
     if not_declared(c):
         tip += f"; ran without {not_declared(c)}"
     if _expected(c):
         tip += f"\nexpected by {_expected(c)}"
     if c.get("message") and k != "expected_skip":
         tip += f"\n{c['message'].splitlines()[0][:300]}"
-    inner = f"{STATUS_MARK[k]} {STATUS_WORD[k]}" + (f"<small>{esc(ulp)} ulp</small>" if ulp else "")
+    used = f" · {fmt_share(share(c))}" if ulp and share(c) is not None else ""
+    inner = f"{STATUS_MARK[k]} {STATUS_WORD[k]}" + (f"<small>{esc(ulp)} ulp{esc(used)}</small>" if ulp else "")
     if c.get("expectation"):
         inner += f'<small class="reason">{esc(c["expectation"]["reason"][:80])}</small>'
     if id(c) in anchors:
@@ -158,31 +164,32 @@ def precision(report: dict[str, Any]) -> str:
                     tds.append('<td class="cell s-none">·</td>')
                     continue
                 worst = max(group, key=lambda c: _num(c["max_ulp"]) or 0.0)
-                used = max((_num(c.get("budget_used")) or 0.0) for c in group)
+                used = max((_num(share(c)) or 0.0) for c in group)
                 failed = any(c["status"] in ("failed", "error") for c in group)
                 tip = (
                     f"worst {fmt_ulp(worst['max_ulp'])} ulp in {worst['check']}"
                     + (f" ({worst['worst']})" if worst.get("worst") else "")
-                    + f"; largest share of an error budget used: {used:.0%}"
+                    + f"; largest share of an error budget used beyond the final rounding: {fmt_share(used)}"
                 )
                 tds.append(
                     f'<td class="cell" style="background:{_precision_colour(used, failed)}" title="{esc(tip)}">'
-                    f"{esc(fmt_ulp(worst['max_ulp']))}<small>{used:.0%} of budget</small></td>"
+                    f"{esc(fmt_ulp(worst['max_ulp']))}<small>{esc(fmt_share(used))} of budget</small></td>"
                 )
         rows.append(f"<tr><th>{esc(behaviour)}</th>{''.join(tds)}</tr>")
     return (
         '<section id="precision"><h2>Precision</h2>'
         '<p class="muted">Worst error per behaviour and dtype, in ulps of the dtype at the element\'s condition '
         "scale (docs/tolerance.md), over all checks of the behaviour; the colour is the largest share of an "
-        "element's derived error budget used: green little, yellow close to it, red over it.</p>"
+        "element's derived error budget used beyond the output's own final rounding (a correctly rounded result "
+        "uses none): green little, yellow close to it, red over it.</p>"
         f'<table class="precision">{_header(adapters, dtypes, ["behaviour"])}<tbody>{"".join(rows)}</tbody></table>'
         + precision_plots(report)
         + "</section>"
     )
 
 
-def _repro_block(c: dict[str, Any], anchor: str) -> str:
-    script = repro_script(c)
+def _repro_block(c: dict[str, Any], anchor: str, worst: bool = False) -> str:
+    script = repro_script(c, worst=worst)
     if script is None:
         payload = (c.get("extra") or {}).get("repro") or {}
         why = payload.get("omitted") or "this check keeps no standalone call"
@@ -190,7 +197,7 @@ def _repro_block(c: dict[str, Any], anchor: str) -> str:
             f'<p class="muted">No reproduction script: {esc(why)}. The <code>@reproduce_failure</code> line of the '
             "counterexample replays it within the suite.</p>"
         )
-    name = safe_filename(f"repro-{c['adapter']}-{c['check']}-{c['dtype'] or 'none'}") + ".py"
+    name = safe_filename(f"repro-{c['adapter']}-{c['check']}-{c['dtype'] or 'none'}{'-worst' if worst else ''}") + ".py"
     return (
         '<div class="repro"><h4>Reproduction script</h4>'
         '<p class="muted">Plain Python: needs only NumPy, ml_dtypes and the candidate\'s library; run it where the '
@@ -206,7 +213,7 @@ def failures(report: dict[str, Any], known: bool = False) -> str:
     """The failures section (new failures and errors), or with ``known`` the known failures section."""
     checks = report["checks"]
     anchors = _failure_ids(checks)
-    bad = [c for c in checks if id(c) in anchors and (c["status"] == "known_failure") == known]
+    bad = sorted((c for c in checks if id(c) in anchors and (c["status"] == "known_failure") == known), key=severity)
     section, title = ("known-failures", "Known failures") if known else ("failures", "Failures")
     if not bad:
         if known:
@@ -235,12 +242,19 @@ def failures(report: dict[str, Any], known: bool = False) -> str:
             + f'<p class="muted">Seed statement: {esc(c["cites"])}</p>'
             f'<pre class="message">{esc(c.get("message", ""))}</pre>'
         )
+        worst = (c.get("extra") or {}).get("worst")
         if c.get("counterexample"):
             out.append(
                 "<details><summary>Shrunk counterexample</summary>"
                 f'<pre class="counterexample">{esc(c["counterexample"])}</pre></details>'
             )
-        out.append(_repro_block(c, a) + "</article>")
+        out.append(_repro_block(c, a))
+        if worst and worst.get("message") != c.get("message"):
+            out.append(
+                f"<h4>Furthest over its budget ({esc(fmt_share(worst['share']))}), before shrinking</h4>"
+                f'<pre class="message">{esc(worst["message"])}</pre>' + _repro_block(c, f"{a}-worst", worst=True)
+            )
+        out.append("</article>")
     out.append("</section>")
     return "".join(out)
 

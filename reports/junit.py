@@ -24,6 +24,15 @@ def _text(v: Any) -> str:
     return _NOT_XML.sub("\ufffd", str(v))
 
 
+def _params(c: dict[str, Any], adapter: str) -> str:
+    """The parameters that tell apart the cases of one check: the pytest id without the adapter (a dtype, and
+    others such as tied/untied), or the dtype."""
+    node = str(c.get("nodeid", ""))
+    inside = node[node.index("[") + 1 : -1] if node.endswith("]") and "[" in node else ""
+    rest = inside[len(adapter) :].lstrip("-") if inside.startswith(adapter) else inside
+    return rest or c.get("dtype") or "-"
+
+
 def render_junit(report: dict[str, Any]) -> str:
     by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in report["checks"]:
@@ -54,7 +63,7 @@ def render_junit(report: dict[str, Any]) -> str:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                name=_text(f"{c['check']}[{c['dtype'] or '-'}]"),
+                name=_text(f"{c['check']}[{_params(c, adapter)}]"),
                 classname=_text(f"{adapter}.{c['behaviour']}"),
                 time=f"{float(c.get('duration_s', 0.0)):.3f}",
             )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
-from transformer_conformance.reports.html_page import kind, not_declared
+from transformer_conformance.reports.html_page import fmt_share, kind, not_declared, severity, share
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16")
 MARK = {
@@ -26,6 +27,8 @@ def _cell(c: dict[str, Any]) -> str:
         text = "skipped (expected)"
     if c["status"] in MEASURED and c.get("max_ulp") is not None:
         text += f" {c['max_ulp']:.3g}"
+        if share(c) is not None:
+            text += f" · {fmt_share(share(c))}"
     return text
 
 
@@ -36,22 +39,28 @@ def _entry(c: dict[str, Any]) -> str:
 
 def _failure_block(c: dict[str, Any]) -> list[str]:
     lines = [
-        f"### {c['adapter']} · `{c['check']}` · {c['dtype'] or '—'} ({c['status'].replace('_', ' ')})",
+        f"### {_esc(c['adapter'])} · `{c['check']}` · {c['dtype'] or '—'} ({c['status'].replace('_', ' ')})",
         "",
         f"Property: {c['property']} — {c['cites']}",
         "",
     ]
     if c.get("expectation"):
         lines += [f"Expected by {_esc(_entry(c))}", ""]
-    lines += ["```", c.get("message", ""), "```"]
+    lines += _fenced(c.get("message", ""))
+    worst = (c.get("extra") or {}).get("worst")
+    if worst and worst.get("message") != c.get("message"):
+        lines += [
+            "",
+            f"Furthest over its budget ({fmt_share(worst['share'])}), before shrinking:",
+            "",
+            *_fenced(worst["message"]),
+        ]
     if c.get("counterexample"):
         lines += [
             "",
-            "<details><summary>counterexample</summary>",
+            "<details><summary>shrunk counterexample</summary>",
             "",
-            "```",
-            c["counterexample"],
-            "```",
+            *_fenced(c["counterexample"]),
             "",
             "</details>",
         ]
@@ -75,7 +84,7 @@ def _expectations(report: dict[str, Any]) -> list[str]:
         dtype = ", ".join(e["dtype"]) if e["dtype"] else "every"
         matched = str(e["matched"]) if e["matched"] else "**none**"
         lines.append(
-            f"| `{_esc(e['file'])}` | {e['entry']} | `{_esc(e['check'])}` | {dtype} | {_esc(e['adapter'] or 'every')} "
+            f"| {_esc(e['file'])} | {e['entry']} | {_esc(e['check'])} | {dtype} | {_esc(e['adapter'] or 'every')} "
             f"| {e['status']} | {_esc(e['reason'])} | {matched} |"
         )
     unmatched = [e for e in entries if not e["matched"]]
@@ -99,7 +108,7 @@ def _narrowed(checks: list[dict[str, Any]]) -> list[str]:
         "others (docs/adapter-contract.md).",
         "",
     ]
-    lines += [f"- {a} · `{check}` · {', '.join(d)} — {_esc(why)}" for (a, check, why), d in rows.items()]
+    lines += [f"- {_esc(a)} · `{check}` · {', '.join(d)} — {_esc(why)}" for (a, check, why), d in rows.items()]
     return lines
 
 
@@ -112,8 +121,21 @@ def _declared_values(a: dict[str, Any]) -> str:
     return f"; declares only: {'; '.join(parts)}" if parts else ""
 
 
+#: characters Markdown or HTML would read as markup (a link, a tag, a table cell, code, emphasis) in a candidate's
+#: text: names, reasons, environments
+_MARKUP = re.compile(r"([\\`*\[\]<>|])")
+
+
 def _esc(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text from outside the suite (an adapter's name, an expectation's reason) as plain text in Markdown."""
+    return _MARKUP.sub(r"\\\1", str(text).replace("&", "&amp;")).replace("\n", " ")
+
+
+def _fenced(text: str) -> list[str]:
+    """``text`` in a code block whose fence no run of backticks in it can close."""
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return [fence, text, fence]
 
 
 def _settings(report: dict[str, Any]) -> str:
@@ -137,13 +159,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"`{report['hypothesis']['profile']}`, seed `{report['hypothesis']['seed']}`{_settings(report)}; "
         f"{report['created']}; {report['duration_s']:.1f} s.",
         "",
-        "Cells: status, then the worst error seen in ulps of the dtype against the float64 oracle "
-        "(docs/report.md explains how to read them).",
+        "Cells: status, the worst error seen in ulps of the dtype against the float64 oracle, and the largest "
+        "share of an element's error budget used beyond the output's own rounding (0% for a correctly rounded "
+        "result; over 100% fails). docs/report.md explains how to read them.",
     ]
     for name in report.get("unchecked", []):
         lines += [
             "",
-            f"> **Nothing of `{_esc(name)}` was checked**: every check was unsupported, deselected or skipped, so "
+            f"> **Nothing of {_esc(name)} was checked**: every check was unsupported, deselected or skipped, so "
             "this run verified nothing of it (exit status 5). Declare what the candidate implements "
             "(`capabilities`), or widen `--behaviour` / `--dtype` / `-k`.",
         ]
@@ -155,7 +178,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             "failure): an expectation file lists them as known failures; remove the entry if the defect is fixed.",
             ">",
         ]
-        lines += [f"> - {c['adapter']} · `{c['check']}` · {c['dtype'] or '—'} — {_esc(_entry(c))}" for c in surprises]
+        lines += [
+            f"> - {_esc(c['adapter'])} · `{c['check']}` · {c['dtype'] or '—'} — {_esc(_entry(c))}" for c in surprises
+        ]
     by_adapter: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in checks:
         by_adapter[c["adapter"]].append(c)
@@ -165,22 +190,34 @@ def render_markdown(report: dict[str, Any]) -> str:
         cols = dtypes + (["—"] if has_none else [])
         lines += [
             "",
-            f"## {adapter}",
+            f"## {_esc(adapter)}",
             "",
             "| behaviour | check | " + " | ".join(cols) + " |",
             "|---|---|" + "---|" * len(cols),
         ]
         table: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+        undeclared: dict[tuple[str, str], bool] = {}
         for c in rows:
             table[(c["behaviour"], c["check"])][c["dtype"] or "—"] = _cell(c)
+            key = (c["behaviour"], c["check"])
+            undeclared[key] = undeclared.get(key, True) and c["status"] == "unsupported"
         for (behaviour, check), cells in sorted(table.items()):
-            lines.append(f"| {behaviour} | `{check}` | " + " | ".join(cells.get(d, "") for d in cols) + " |")
+            if not undeclared[(behaviour, check)]:
+                lines.append(f"| {behaviour} | `{check}` | " + " | ".join(cells.get(d, "") for d in cols) + " |")
+        hidden = sorted(key for key, none in undeclared.items() if none)
+        if hidden:
+            behaviours = sorted({b for b, _ in hidden})
+            lines += [
+                "",
+                f"Not declared by {_esc(adapter)}, so not run: {len(hidden)} check{'s' if len(hidden) != 1 else ''} "
+                f"of {', '.join(behaviours)}.",
+            ]
     durations: dict[str, float] = defaultdict(float)
     for c in checks:
         durations[c["behaviour"]] += c.get("duration_s", 0.0)
     lines += ["", "## Time per behaviour", "", "| behaviour | seconds |", "|---|---|"]
     lines += [f"| {b} | {t:.2f} |" for b, t in sorted(durations.items())]
-    failures = [c for c in checks if c["status"] in ("failed", "error")]
+    failures = sorted((c for c in checks if c["status"] in ("failed", "error")), key=severity)
     if failures:
         lines += ["", "## Failures", ""]
         for c in failures:
@@ -192,10 +229,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += _failure_block(c)
     lines += _narrowed(checks)
     lines += _expectations(report)
+    if report.get("seeds"):
+        lines += ["", "## Seed documents", "", "Each check cites the statement it enforces by seed id and section:", ""]
+        lines += [f"- `{sid}` — {_esc(title)}" for sid, title in report["seeds"].items()]
     lines += ["", "## Adapters and their declared conventions", ""]
     for a in report["adapters"]:
         env = ", ".join(f"{k} {v}" for k, v in a["environment"].items())
         conv = "; ".join(f"{k}: {v}" for k, v in a["conventions"].items())
-        lines += [f"- **{a['name']}** ({_esc(env)}) — {_esc(conv)}{_esc(_declared_values(a))}"]
+        lines += [f"- **{_esc(a['name'])}** ({_esc(env)}) — {_esc(conv)}{_esc(_declared_values(a))}"]
     lines.append("")
     return "\n".join(lines)

@@ -101,14 +101,20 @@ if __name__ == "__main__":
 """
 
 
-def repro_script(check: dict[str, Any]) -> str | None:
-    """The script for a failed check's stored call, or None if the check stored none (or it was too large)."""
-    payload = (check.get("extra") or {}).get("repro")
+def _first_line(text: Any) -> str:
+    return str(text).splitlines()[0] if text else ""
+
+
+def repro_script(check: dict[str, Any], worst: bool = False) -> str | None:
+    """The script for a failed check's stored call (``worst``: of the example furthest over its budget), or None
+    if the check stored none (or it was too large)."""
+    extra = check.get("extra") or {}
+    payload = (extra.get("worst") or {}).get("repro") if worst else extra.get("repro")
     if not isinstance(payload, dict) or "calls" not in payload or "adapter" not in payload:
         return None
     title = (
         f"{check.get('adapter')} · {check.get('check')} · {check.get('dtype') or '-'}: {check.get('property')}\n"
-        f"  reported: {(check.get('message') or '').splitlines()[0] if check.get('message') else ''}"
+        f"  reported: {_first_line(extra['worst']['message'] if worst else check.get('message'))}"
     )
     case = {
         "title": title,

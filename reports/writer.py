@@ -92,6 +92,7 @@ def build_report(
     expectations: Mapping[str, Any] | None = None,
     unchecked: Sequence[str] = (),
     hypothesis_settings: Mapping[str, Any] | None = None,
+    seeds: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
@@ -141,6 +142,7 @@ def build_report(
             for a in adapters
         ],
         "expectations": dict(expectations) if expectations else {"files": [], "entries": []},
+        **({"seeds": dict(seeds)} if seeds else {}),
         "checks": checks,
     }
 
@@ -200,10 +202,33 @@ def write_reports(directory: Path, perf: dict[str, Any] | None = None, **kw: Any
     return [directory / name for name in files]
 
 
+#: GitHub drops a step summary over 1 MiB: the report's share of it, whatever fails
+STEP_SUMMARY_LIMIT = 512 * 1024
+
+
+def step_summary(markdown: str, limit: int = STEP_SUMMARY_LIMIT) -> str:
+    """report.md as the job's summary: whole if it fits in ``limit`` bytes, else cut before a failure's heading
+    (never inside a block) with a line saying how many failures are left to report.md."""
+    if len(markdown.encode()) <= limit:
+        return markdown
+    note = (
+        "\n\n> **The summary stops here** ({} more failure sections): report.md, an artifact of the job, has "
+        "them all.\n"
+    )
+    cut = markdown.encode()[: limit - 400].decode(errors="ignore")
+    at = cut.rfind("\n### ")
+    if at < 0:
+        at = cut.rfind("\n## ")
+    head = markdown[: max(at, 0)]
+    left = markdown[len(head) :].count("\n### ")
+    return head + note.format(left)
+
+
 def append_step_summary(markdown: str) -> None:
-    """On GitHub Actions, add report.md to the job's summary page (the file GITHUB_STEP_SUMMARY names)."""
+    """On GitHub Actions, add report.md to the job's summary page (the file GITHUB_STEP_SUMMARY names), within
+    GitHub's size limit."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:
         return
     with open(target, "a", encoding="utf-8") as f:
-        f.write(markdown + "\n")
+        f.write(step_summary(markdown) + "\n")

@@ -136,3 +136,28 @@ class EndsProcess(NumpyAdapter):
 
             os._exit(3)
         return super().forward(op, inputs, params)
+
+
+class OnePercentOff(NumpyAdapter):
+    """Every output and gradient 1 % too large: a candidate that fails every check it can (how long a fully
+    failing run takes: benchmarks/bench_conformance.py)."""
+
+    name = "one-percent-off"
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        out = super().forward(op, inputs, params)
+        if not np.issubdtype(out.dtype, np.floating) and out.dtype.name != "bfloat16":
+            return out
+        return (out.astype(np.float64) * 1.01).astype(out.dtype)
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        grads = super().vjp(op, inputs, params, cotangent)
+        return {k: (v.astype(np.float64) * 1.01).astype(v.dtype) for k, v in grads.items()}
+
+
+class MarkupName(OnePercentOff):
+    """A candidate whose name is Markdown and HTML: a report must show it as text."""
+
+    name = "evil|*name*<b>`x`"

@@ -15,13 +15,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "transformer_conformance"
 #: repository folder -> the part of the architecture it is (and its import name under PACKAGE)
-PARTS = ("reference", "adapters", "conformance", "reports")
-#: what each part may import of the others
+PARTS = ("reference", "adapters", "conformance", "reports", "expectations")
+#: what each part may import of the others (expectations: the built-in adapters' known defects, data)
 ALLOWED: dict[str, set[str]] = {
     "reference": set(),
     "adapters": {"reference"},
-    "conformance": {"reference", "adapters", "reports"},
+    "conformance": {"reference", "adapters", "reports", "expectations"},
     "reports": set(),
+    "expectations": set(),
 }
 #: deep-learning frameworks and kernel libraries: the oracle is NumPy alone
 FRAMEWORKS = {

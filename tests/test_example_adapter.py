@@ -4,6 +4,7 @@ usage errors of one line; ``--install`` of ``nox -s conformance``; docs/gating.m
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -227,3 +228,52 @@ def test_gating_doc_shows_the_example_workflow() -> None:
     yaml = pytest.importorskip("yaml")
     steps = yaml.safe_load(workflow)["jobs"]["conformance"]["steps"]
     assert any(s.get("run") == "nox -s conformance" for s in steps)
+
+
+#: the first major version of each action that runs on Node 24 (GitHub retires the Node 20 ones in 2026)
+NODE24 = {"actions/checkout": 5, "actions/setup-python": 6, "actions/upload-artifact": 6}
+
+
+def test_the_workflow_is_current() -> None:
+    """The example's workflow uses Node-24 actions, reads the repository only, caches pip, uploads the badge."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((EXAMPLE / ".github" / "workflows" / "conformance.yml").read_text())
+    assert workflow["permissions"] == {"contents": "read"}
+    steps = workflow["jobs"]["conformance"]["steps"]
+    used = {s["uses"].split("@")[0]: int(s["uses"].split("@v")[1]) for s in steps if "uses" in s}
+    assert used.keys() == NODE24.keys() and all(used[a] >= v for a, v in NODE24.items()), used
+    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python"))
+    assert setup["with"]["cache"] == "pip"
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert "conformance-report/badge.svg" in upload["with"]["path"]
+
+
+def test_no_placeholder_and_no_feature_called_future() -> None:
+    """The example and the gating guide name a real pin and the expectation files that exist."""
+    for path in [*EXAMPLE.rglob("*.py"), *EXAMPLE.rglob("*.md"), *EXAMPLE.rglob("*.yml"), ROOT / "docs" / "gating.md"]:
+        text = path.read_text()
+        assert "OWNER" not in text and "being designed" not in text, path
+
+
+@pytest.mark.xdist_group("example-copy")
+def test_a_copy_runs_by_its_readme(tmp_path: Path) -> None:
+    """The example copied out of this repository runs as its README says: ``nox -s conformance`` (with
+    CONFORMANCE_SUITE naming this checkout, as the README says for a checkout), exit 0 and a report."""
+    nox = Path(sys.executable).parent / "nox"
+    if not nox.exists():
+        pytest.skip("nox is not installed in this environment")
+    copy = tmp_path / "tiny-kernels"
+    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns(".nox", ".hypothesis", ".benchmarks", "*-report"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_STEP_SUMMARY"))}
+    env.update(CONFORMANCE_SUITE=str(ROOT), PIP_CONSTRAINT=str(ROOT / "constraints" / "ci.txt"), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [str(nox), "-s", "conformance", "--", "--behaviour", "rms_norm", "--dtype", "float32", "-n", "1"],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((copy / "conformance-report" / "report.json").read_text())
+    assert report["verdict"] == "conformant" and report["summary"]["passed"] > 0
+    assert report["expectations"]["files"] == ["conformance-expectations.toml"]

@@ -25,7 +25,10 @@ from transformer_conformance.reference.formats import Format, dtype_name
 
 
 class CheckFailure(AssertionError):
-    """A candidate's answer is not what the behaviour requires."""
+    """A candidate's answer is not what the behaviour requires. ``share``: for an error over its budget, how
+    many times the budget it is (the severity of the example)."""
+
+    share: float | None = None
 
 
 @dataclass
@@ -39,6 +42,9 @@ class Record:
     examples: int = 0
     max_ulp: float | None = None
     budget_used: float | None = None
+    #: the largest share of an element's budget used beyond the half ulp of the output's own final rounding:
+    #: 0 for a correctly rounded result, whatever its budget (the report's colours and shares)
+    margin: float | None = None
     worst: str = ""
     #: filled while the check runs (``extra["repro"]``: the failing call, conformance/repro.py); not an
     #: init field, so Hypothesis's printed counterexample leaves it out
@@ -53,11 +59,13 @@ class Record:
     def __repr__(self) -> str:
         return f"Record({self.check_id!r})"
 
-    def observe(self, max_ulp: float, budget_used: float, where: str) -> None:
+    def observe(self, max_ulp: float, budget_used: float, where: str, margin: float | None = None) -> None:
         if self.budget_used is None or budget_used > self.budget_used:
             self.budget_used, self.worst = budget_used, where
         if self.max_ulp is None or max_ulp > self.max_ulp:
             self.max_ulp = max_ulp
+        if margin is not None and (self.margin is None or margin > self.margin):
+            self.margin = margin
 
     def observe_along(self, along: Along, what: str, ulps: np.ndarray, budget_ulps: np.ndarray) -> None:
         s = self.series.get(what)
@@ -159,15 +167,22 @@ def compare(
     worst = _index(used == used.max())
     ulps = err / ulp
     where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
-    record.observe(float(ulps.max()), float(used.max()), where)
+    # beyond the final rounding: half an ulp of the output at the exact value is what any correctly rounded
+    # answer may be off, however tight the budget
+    half = 0.5 * dtype.ulp(exp)
+    room = allowed - half
+    beyond = np.where(err <= half, 0.0, np.where(room > 0, (err - half) / np.where(room > 0, room, 1.0), used))
+    record.observe(float(ulps.max()), float(used.max()), where, float(beyond.max()))
     if along is not None:
         record.observe_along(along, what, ulps, allowed / ulp)
     target(float(used.max()), label=f"{what} error / budget")
     if used.max() > 1.0:
-        raise CheckFailure(
+        failure = CheckFailure(
             f"{what}: got {g[worst]:.8g} at {worst}, should be {exp[worst]:.8g} ± {allowed[worst]:.3g} "
             f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp) [{call}]"
         )
+        failure.share = float(used.max())
+        raise failure
 
 
 def _index(mask: np.ndarray) -> tuple[int, ...]:
@@ -209,8 +224,9 @@ def check_forward(
         record.examples += 1
         budget = budgets.FORWARD[op](values, case.params, adapter.conventions, dtype)
         compare(got, expected, budget, dtype, f"{op} output", call, record, along)
-    except CheckFailure:
-        repro.store(record, op, dtype.name, [repro.call("forward", case.inputs, case.params, expected, got)])
+    except CheckFailure as failure:
+        calls = [repro.call("forward", case.inputs, case.params, expected, got)]
+        repro.store(record, op, dtype.name, calls, failure=failure)
         raise
     return got
 
@@ -245,6 +261,7 @@ def check_vjp(
         for name in OPS[op].inputs:
             grad = _validate(got[name], expected[name].shape, dtype, f"d{name}", call)
             compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record, (along or {}).get(name))
-    except CheckFailure:
-        repro.store(record, op, dtype.name, [repro.call("vjp", case.inputs, case.params, expected, got, cot)])
+    except CheckFailure as failure:
+        calls = [repro.call("vjp", case.inputs, case.params, expected, got, cot)]
+        repro.store(record, op, dtype.name, calls, failure=failure)
         raise

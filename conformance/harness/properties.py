@@ -54,12 +54,12 @@ def check_invariance(
         outs[1] = y2
         scale = np.maximum(np.abs(want1), budgets.FORWARD[op](values, case.params, adapter.conventions, dtype).m)
         _compare_invariance(y1, a1, y2, a2, want2 - want1, scale, dtype, record, op, how, call1)
-    except CheckFailure:
+    except CheckFailure as failure:
         calls = [
             repro.call("forward", case.inputs, case.params, want1, None if outs[0] is None else dtype.round(outs[0])),
             repro.call("forward", changed, case.params, want2, None if outs[1] is None else dtype.round(outs[1])),
         ]
-        repro.store(record, op, dtype.name, calls, relation="difference")
+        repro.store(record, op, dtype.name, calls, relation="difference", failure=failure)
         raise
 
 
@@ -86,8 +86,10 @@ def _compare_invariance(
     record.observe(float(np.max(ulps)), float(used[i]), f"{op} output at {i} under {how}")
     if used[i] > 1.0:
         moved = f" moved by the exact {exact_gap[i]:.3g}" if exact_gap[i] else ""
-        raise CheckFailure(
+        failure = CheckFailure(
             f"{op} under {how}: got {y2[i]:.8g} at {i}, should be {y1[i] + exact_gap[i]:.8g} ± {allowed[i]:.3g} "
             f"(the unchanged input's output {y1[i]:.8g}{moved}; "
-            f"{deviation[i] / ulp:.3g} ulp off) [{call1}]"
+            f"{deviation[i] / ulp:.3g} ulp off, budget {allowed[i] / ulp:.3g} ulp) [{call1}]"
         )
+        failure.share = float(used[i])
+        raise failure

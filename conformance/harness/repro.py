@@ -72,9 +72,14 @@ def call(
     return out
 
 
-def store(record: Any, op: str, dtype: str, calls: list[dict[str, Any]], relation: str = "") -> None:
-    """Keep the failing calls on the record; ``relation``: "difference" when the property compares the
-    candidate's two outputs (their difference should equal the oracle's)."""
+def store(
+    record: Any, op: str, dtype: str, calls: list[dict[str, Any]], relation: str = "", failure: Any = None
+) -> None:
+    """Keep the failing calls on the record (the last: after shrinking, the minimal example); ``relation``:
+    "difference" when the property compares the candidate's two outputs (their difference should equal the
+    oracle's). ``failure``: its CheckFailure; the example furthest over its budget is also kept, as
+    ``extra["worst"]`` (its message, how many times its budget, its calls), since the minimal example is
+    often a borderline one."""
     payload: dict[str, Any] = {"op": op, "dtype": dtype, "calls": calls}
     if relation:
         payload["relation"] = relation
@@ -86,3 +91,6 @@ def store(record: Any, op: str, dtype: str, calls: list[dict[str, Any]], relatio
             "omitted": f"the failing call has {n} array elements (over {MAX_ELEMENTS})",
         }
     record.extra["repro"] = payload
+    share = getattr(failure, "share", None)
+    if share is not None and share > record.extra.get("worst", {}).get("share", 0.0):
+        record.extra["worst"] = {"share": share, "message": str(failure), "repro": payload}

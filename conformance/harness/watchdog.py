@@ -3,12 +3,13 @@
 A loaded machine stretches a correct candidate's wall time, not the CPU time it needs; so a call is stopped
 as hung only when
 
-* it has used ``limit`` seconds of CPU time (its process's threads and its live child processes, such as a
-  compiler's worker pool) without returning — a busy loop; the first call of an operation, where libraries
-  compile and warm up, may use ``FIRST_CALL_FACTOR`` times as much; or
+* it has used ``limit`` seconds of CPU time in its own process (all its threads) without returning — a busy
+  loop; the first call of an operation, where libraries compile and warm up, may use ``FIRST_CALL_FACTOR``
+  times as much; or
 * it has made no progress — less than ``IDLE_SHARE`` of one core over the last ``limit`` seconds of wall
-  time — a deadlock, a sleep, a wait on something that never comes. A process that gets any real share of a
-  busy machine is above that share.
+  time, in its process and its child processes (a compiler's worker pool is progress) — a deadlock, a sleep,
+  a wait on something that never comes. A process that gets any real share of a busy machine is above
+  that share.
 
 The clock is sampled every ``TICK`` seconds with SIGALRM, in the main thread only (elsewhere calls are not
 watched). docs/gating.md, "Hung candidates".
@@ -86,22 +87,25 @@ def watch(limit: float, first_call: bool = False) -> Iterator[None]:
     first_seen: dict[int, float] = {}
     last_seen: dict[int, float] = {}
     samples: deque[tuple[float, float]] = deque([(start_wall, 0.0)])
+    watching = [0.0]  # CPU seconds this watchdog has spent reading /proc: not the candidate's
 
     def tick(signum: int, frame: Any) -> None:
-        now = time.monotonic()
+        now, before = time.monotonic(), time.process_time()
         first_tick = len(samples) == 1
         for child, seconds in _children_cpu(pid).items():
             first_seen.setdefault(child, seconds if first_tick else 0.0)
             last_seen[child] = seconds
-        below = sum(last_seen[c] - first_seen[c] for c in last_seen)
-        used = time.process_time() - start_cpu + below  # CPU seconds the call has used
-        samples.append((now, used))
+        watching[0] += time.process_time() - before
+        own = time.process_time() - start_cpu - watching[0]  # CPU seconds the call has used in this process
+        progress = own + sum(last_seen[c] - first_seen[c] for c in last_seen)  # and in its child processes
+        samples.append((now, progress))
         while len(samples) > 1 and samples[1][0] <= now - limit:
             samples.popleft()  # keep one sample at or before the start of the window
-        if used >= cpu_limit:
-            raise Hung(f"used {used:.0f} s of CPU time without returning")
-        window_start, window_cpu = samples[0]
-        if now - start_wall >= limit and now - window_start >= limit and used - window_cpu < IDLE_SHARE * limit:
+        if own >= cpu_limit:
+            raise Hung(f"used {own:.0f} s of CPU time without returning")
+        window_start, window_progress = samples[0]
+        idle = progress - window_progress < IDLE_SHARE * limit
+        if now - start_wall >= limit and now - window_start >= limit and idle:
             raise Hung(f"made no progress for {now - window_start:.0f} s")
 
     previous = signal.signal(signal.SIGALRM, tick)

@@ -157,6 +157,27 @@ def parse(text: str, file: str) -> list[Entry]:
     return [_entry(item, file, i, line) for i, (item, line) in enumerate(zip(raw, headers, strict=True), start=1)]
 
 
+#: ``--expectations builtin`` / ``builtin:NAME``: the suite's own files of the built-in adapters' defects
+BUILTIN = "builtin"
+
+
+def resolve(option: str, directory: Path, adapters: Sequence[str]) -> list[tuple[Path, str]]:
+    """The files an ``--expectations`` value names, each with how to show it: a path (relative to
+    ``directory``), ``builtin:NAME`` (the suite's file NAME.toml), or ``builtin`` (every built-in file with an
+    entry for one of ``adapters``)."""
+    from transformer_conformance.expectations import files
+
+    if option != BUILTIN and not option.startswith(f"{BUILTIN}:"):
+        return [(directory / option, option)]
+    shipped = files()
+    if option == BUILTIN:
+        return [(p, f"{BUILTIN}:{n}") for n, p in shipped.items() if any(e.adapter in adapters for e in load(p))]
+    name = option.removeprefix(f"{BUILTIN}:")
+    if name not in shipped:
+        raise ExpectationError(f"no built-in expectation file {name!r}; the suite has {', '.join(shipped)}")
+    return [(shipped[name], option)]
+
+
 def load(path: Path, name: str | None = None) -> list[Entry]:
     """The entries of the file at ``path`` (``name``: how to show it; default the path)."""
     file = name if name is not None else str(path)

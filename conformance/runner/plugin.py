@@ -25,7 +25,8 @@ from transformer_conformance.adapters.triton.env import interpret_triton_without
 from transformer_conformance.conformance.harness import compare
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
 from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
-from transformer_conformance.conformance.runner import expectations, profiles
+from transformer_conformance.conformance.runner import counterexample, expectations, profiles
+from transformer_conformance.reference import SEEDS
 from transformer_conformance.reference.formats import TESTED_DTYPES, Format, fmt
 
 settings.load_profile(profiles.DEFAULT_PROFILE)
@@ -120,7 +121,7 @@ def _only_the_suites_checks(config: pytest.Config) -> None:
 def in_force() -> dict[str, Any]:
     """The Hypothesis settings every check runs under (the profile's, after the command line), for the report:
     a run is reproducible only with them, and a caller's configuration must not have changed them."""
-    current = settings.default
+    current = settings()  # the defaults in force: the loaded profile
     return {
         "max_examples": current.max_examples,
         "derandomize": current.derandomize,
@@ -159,7 +160,8 @@ def pytest_configure(config: pytest.Config) -> None:
     entries: list[expectations.Entry] = []
     for name in config.getoption("expectations"):
         try:
-            entries += expectations.load(config.invocation_params.dir / name, name)
+            for path, shown in expectations.resolve(name, config.invocation_params.dir, [a.name for a in adapters]):
+                entries += expectations.load(path, shown)
         except expectations.ExpectationError as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[EXPECT_KEY] = entries
@@ -326,7 +328,7 @@ def _failure(call: pytest.CallInfo[None]) -> dict[str, Any]:
             + "; ".join(str(e).strip().splitlines()[0] for e in leaves[1:4])
             + ")"
         )
-    return {"message": message, "counterexample": "\n".join(notes), "verdict": verdict}
+    return {"message": message, "counterexample": counterexample.readable(notes), "verdict": verdict}
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -358,16 +360,20 @@ def pytest_runtest_makereport(
     }
     rec = item.stash.get(RECORD_KEY, None)
     if rec is not None and rep.when == "call":
-        if "repro" in rec.extra and adapter is not None:
-            rec.extra["repro"]["adapter"] = {
+        if adapter is not None:
+            where = {
                 "name": adapter.name,
                 "spec": item.config.stash[SPECS_KEY].get(adapter.name, ""),
                 "device": item.config.getoption("device"),
             }
+            for stored in (rec.extra.get("repro"), rec.extra.get("worst", {}).get("repro")):
+                if isinstance(stored, dict):
+                    stored["adapter"] = where
         payload.update(
             examples=rec.examples,
             max_ulp=rec.max_ulp,
             budget_used=rec.budget_used,
+            **({"margin": rec.margin} if rec.margin is not None else {}),
             worst=rec.worst,
             **({"first_failure": rec.first_failure} if rec.first_failure is not None else {}),
             **({"extra": rec.extra} if rec.extra else {}),
@@ -434,7 +440,7 @@ def _fold(report: pytest.TestReport) -> None:
             if entry is not None:
                 r["expectation"] = entry.ref()
         r["duration_s"] += report.duration
-        for k in ("examples", "max_ulp", "budget_used", "worst", "extra", "first_failure", "series"):
+        for k in ("examples", "max_ulp", "budget_used", "margin", "worst", "extra", "first_failure", "series"):
             if k in p:
                 r[k] = p[k]
         if p.get("known"):
@@ -501,6 +507,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specs=config.stash[SPECS_KEY],
         profile=settings._current_profile or profiles.DEFAULT_PROFILE,
         hypothesis_settings=in_force(),
+        seeds=SEEDS,
         seed=config.getoption("hypothesis_seed", None),
         started=config.stash[STARTED_KEY],
         exitstatus=int(exitstatus),

@@ -1,13 +1,14 @@
 """The conformance gate of tiny-kernels: ``nox -s conformance``.
 
 Installs transformer-conformance at a pinned version, then this package, then runs the suite's checks
-on this package's adapter and writes the report to conformance-report/. Arguments after ``--`` go to
-the suite (they are pytest options; a --report-dir there wins over the one here):
+on this package's adapter, with this repository's known failures (conformance-expectations.toml), and
+writes the report to conformance-report/. Arguments after ``--`` go to the suite (a --report-dir there wins
+over the one here):
 
     nox -s conformance -- --behaviour rms_norm --dtype float32
     nox -s conformance -- --hypothesis-profile=dev --hypothesis-seed=1
 
-CONFORMANCE_SUITE says where the suite comes from instead of SUITE below: a checkout of it
+CONFORMANCE_SUITE says where the suite comes from instead of SUITE below: a checkout or a wheel of it
 (``CONFORMANCE_SUITE=../transformer-conformance``) or any other pip requirement.
 """
 
@@ -17,8 +18,8 @@ import os
 
 import nox
 
-#: The suite, pinned: a tag or commit of its repository, so the gate changes only when you move the pin.
-SUITE = "transformer-conformance @ git+https://github.com/OWNER/transformer-conformance@v0.1.0"
+#: The suite, pinned to a release, so the gate changes only when you move the pin.
+SUITE = "transformer-conformance==0.1.0"
 
 
 @nox.session
@@ -29,13 +30,7 @@ def conformance(session: nox.Session) -> None:
         "transformer-conformance",  # the same as: python -m transformer_conformance.conformance
         "--adapter=tiny-kernels",
         "--report-dir=conformance-report",
-        # Known, accepted differences will go in conformance-expectations.toml (being designed):
-        #   [[expect]]
-        #   check = "rope/forward"
-        #   dtype = "float16"
-        #   adapter = "tiny-kernels"
-        #   status = "fail"  # or "skip"
-        #   reason = "why it is accepted"
-        # read with "--expectations=conformance-expectations.toml".
+        # known, accepted failures of this package: none today (the file says how to list one)
+        "--expectations=conformance-expectations.toml",
         *session.posargs,
     )
