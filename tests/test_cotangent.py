@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mutants.catalogue import rms_grad_into_cotangent
 from tests.adapter_smoke import case, outside_hypothesis
 from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, call_op, check_vjp
@@ -80,6 +81,19 @@ def test_declaring_the_inputs_in_place_does_not_cover_the_cotangent() -> None:
     c = case("rms_norm", f)
     with outside_hypothesis(), pytest.raises(CheckFailure, match="wrote into its cotangent"):
         check_vjp(adapter, "rms_norm", c, fill(f, c.inputs["x"].shape, 1.0, 5), f, _record())
+
+
+def test_planted_in_place_rms_norm_backward() -> None:
+    """The catalogue's torch RMSNorm whose backward does grad_out.copy_(dx): correct gradients, caught only by
+    the write; declared, it passes."""
+    adapter, f = rms_grad_into_cotangent(), fmt("float32")
+    c = case("rms_norm", f)
+    cot = fill(f, c.inputs["x"].shape, 1.0, 5)
+    with outside_hypothesis(), pytest.raises(CheckFailure, match="wrote into its cotangent without declaring rms_norm"):
+        check_vjp(adapter, "rms_norm", c, cot, f, _record())
+    adapter.declare(in_place_ops=frozenset({"rms_norm.vjp"}))
+    with outside_hypothesis():
+        check_vjp(adapter, "rms_norm", c, cot, f, _record())
 
 
 def _double_block(f: Format) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
