@@ -339,7 +339,11 @@ BREAKS.update(
         AlibiNaiveSlopes: ("alibi", "alibi/slopes", "float32"),
         DynamicNtkSticky: (
             "rope_scaling",
-            ("rope_scaled/dynamic-forward", "rope_scaled/dynamic-within-trained-length"),
+            (
+                "rope_scaled/dynamic-forward",
+                "rope_scaled/dynamic-below-trained-length",
+                "rope_scaled/dynamic-at-trained-length",
+            ),
             "float32",
         ),
         YarnNoTemperature: ("rope_scaling", "rope_scaled/bands", "float32"),
