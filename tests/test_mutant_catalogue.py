@@ -29,7 +29,7 @@ def test_catalogue_size_and_coverage() -> None:
     assert len(CATALOGUE) >= 40
     assert {m.behaviour for m in CATALOGUE} == set(BEHAVIOURS)
     for path in set(BEHAVIOURS.values()):
-        assert (ROOT / path).is_file(), path
+        assert (ROOT / "conformance" / "checks" / path).is_file(), path
 
 
 def test_names_unique() -> None:
