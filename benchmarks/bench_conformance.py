@@ -1,7 +1,7 @@
 """How long the CI-profile conformance run takes (a benchmark, never a test).
 
-Runs ``python -m transformer_conformance.conformance`` in a subprocess for each adapter given (default: torch), ``--repeat`` times,
-and prints wall time (median and spread) and the per-behaviour check time from the run's report.
+Runs ``python -m transformer_conformance.conformance`` in a subprocess for each adapter given (default: torch),
+``--repeat`` times, and prints wall time (median and spread) and the per-behaviour check time from the run's report.
 
     python benchmarks/bench_conformance.py --adapter torch --repeat 3 --workers 2
 """
