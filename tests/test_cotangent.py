@@ -114,6 +114,7 @@ def _double_block(f: Format) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return inputs, {"placement": "double", "n_heads": 2, "n_kv_heads": 2, "eps": 1e-6, "base": 10000.0}
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # the check module's own mark
 def test_block_checks_see_the_write() -> None:
     """The blocks' own VJP calls (identity path, radial gradient, depth) hand over the cotangent through
     the same guard: a double-norm block whose backward leaves ∂L/∂x in g's memory fails there."""
