@@ -218,7 +218,8 @@ class Conventions:
     eps_defaults: Mapping[str, EpsDefault] = field(default_factory=lambda: {"rms_norm": 1e-6, "layer_norm": 1e-5})
     #: Subnormal results are flushed to zero (and subnormal operands read as zero), as XLA does on the CPU.
     flush_subnormals: bool = False
-    #: Operations allowed to write into their inputs.
+    #: What a candidate may write into: "op", the operation's inputs (forward and backward); "op.vjp", the
+    #: cotangent its backward is handed (the caller's own array, docs/adapter-contract.md). Each is separate.
     in_place_ops: frozenset[str] = frozenset()
     #: Operations whose forward computes the gradient for a unit cotangent and stores it in the input dtype,
     #: the backward multiplying it by the cotangent (fused cross-entropy kernels such as Liger-Kernel's, which

@@ -168,3 +168,25 @@ class RmsNormWeightGradLowPrecision(torch.autograd.Function):
         xhat = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + ctx.eps)).to(x.dtype)
         dw = tree_sum((g * xhat).reshape(-1, x.shape[-1]), dim=0)
         return dx.to(x.dtype), dw.to(w.dtype), None
+
+
+class RmsNormGradIntoCotangent(torch.autograd.Function):
+    """RMSNorm (float32 arithmetic, one rounding, correct gradients) whose backward saves a buffer by writing
+    ∂L/∂x into the incoming gradient ∂L/∂y and returning it, as Liger-Kernel 0.4.0's in-place RMSNorm
+    backward did: the caller's ∂L/∂y, which the residual stream still needs, is overwritten."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> Any:
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+            y = F.rms_norm(xf, (xf.shape[-1],), wf, ctx.eps)
+            dx, dw = torch.autograd.grad(y, (xf, wf), g.float())
+        g.copy_(dx)  # ∂L/∂x written over ∂L/∂y: no new buffer
+        return g, dw.to(w.dtype), None

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from mutants.building_blocks import (
     CrossEntropyFusedBackward,
+    RmsNormGradIntoCotangent,
     RmsNormWeightGradLowPrecision,
     RopeForwardRotationInBackward,
     ScaleGrad,
@@ -249,6 +250,15 @@ def rms_grad_rms_detached(a: MutantAdapter) -> None:
 )
 def rms_weight_grad_low_precision(a: MutantAdapter) -> None:
     a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormWeightGradLowPrecision.apply(x, weight, _eps(eps, F32_EPS))
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/gradient",
+    "backward writes ∂L/∂x into the incoming ∂L/∂y (Liger-Kernel 0.4.0's in-place backward), not declared",
+)
+def rms_grad_into_cotangent(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormGradIntoCotangent.apply(x, weight, _eps(eps, F32_EPS))
 
 
 # -------------------------------------------------------------------------------------------- layer_norm

@@ -208,6 +208,32 @@ class DynamicNtkSticky(TorchAdapter):
         self.impl["rope_scaled"] = rope_scaled
 
 
+class DynamicNtkKeepsAtTrainedLength(TorchAdapter):
+    """Dynamic NTK as HF transformers keeps it: the longest length seen, reset only by a call shorter than the
+    trained length L; a call of exactly L right after a longer one keeps the longer one's base."""
+
+    name = "dynamic-ntk-keeps-at-l"
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        _only(self, "rope_scaled")
+        inner = self.impl["rope_scaled"]
+        cached = {"n": 0}
+
+        def rope_scaled(x, positions, base=10000.0, rotary_dim=None, scaling=None):  # type: ignore[no-untyped-def]
+            if scaling is None or scaling["type"] != "dynamic":
+                return inner(x, positions, base, rotary_dim, scaling)
+            n = int(positions.max()) + 1
+            if n < scaling["original_max_position_embeddings"]:
+                cached["n"] = 0  # the reset: below L only
+            cached["n"] = max(cached["n"], n)
+            rd = x.shape[-1] if rotary_dim is None else rotary_dim
+            inv, _ = rope_scaled_inv_freq(rd, base, scaling, cached["n"], x.device)
+            return rope_torch(x, positions, base, rotary_dim, self.conventions.rope_layout, inv)
+
+        self.impl["rope_scaled"] = rope_scaled
+
+
 class YarnNoTemperature(TorchAdapter):
     """YaRN's frequencies without its attention temperature 0.1·ln(s) + 1."""
 
@@ -339,7 +365,16 @@ BREAKS.update(
         AlibiNaiveSlopes: ("alibi", "alibi/slopes", "float32"),
         DynamicNtkSticky: (
             "rope_scaling",
-            ("rope_scaled/dynamic-forward", "rope_scaled/dynamic-within-trained-length"),
+            (
+                "rope_scaled/dynamic-forward",
+                "rope_scaled/dynamic-below-trained-length",
+                "rope_scaled/dynamic-at-trained-length",
+            ),
+            "float32",
+        ),
+        DynamicNtkKeepsAtTrainedLength: (
+            "rope_scaling",
+            ("rope_scaled/dynamic-forward", "rope_scaled/dynamic-at-trained-length"),
             "float32",
         ),
         YarnNoTemperature: ("rope_scaling", "rope_scaled/bands", "float32"),

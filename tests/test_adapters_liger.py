@@ -41,7 +41,7 @@ def test_declarations() -> None:
     conv = adapter.conventions
     assert conv.rope_layout == "half" and conv.norm_rounding == "before_weight"
     assert conv.eps_defaults == {"rms_norm": 1e-6, "layer_norm": 1e-6}
-    assert conv.in_place_ops == {"rope", "cross_entropy", "cross_entropy_mean"}
+    assert conv.in_place_ops == {"rope", "cross_entropy", "cross_entropy_mean", "rms_norm.vjp", "rope.vjp"}
     assert conv.grad_in_forward == {"cross_entropy", "cross_entropy_mean"}
     caps = adapter.capabilities
     assert set(caps) == {
@@ -89,6 +89,40 @@ def test_writes_into_inputs_only_where_declared() -> None:
         with pytest.raises(CheckFailure, match="modified its input x without declaring rope in-place"):
             check_forward(adapter, "rope", rope, dtype, _record("rope"))
         check_vjp(adapter, "swiglu_mlp", mlp, fill(dtype, (3, 8), 1.0, 9), dtype, _record("mlp"))
+
+
+@pytest.mark.parametrize("name", ["liger", "liger-gemma", "liger-none"])
+def test_rms_norm_backward_writes_into_its_cotangent(name: str) -> None:
+    """Liger's RMSNorm backward (in_place=True, its default) stores ∂L/∂x in the incoming ∂L/∂y and returns
+    it, in every casting mode: declared (``rms_norm.vjp``), the gradients pass and the caller's cotangent is
+    given back intact; undeclared, the suite reports the write."""
+    adapter, dtype = load_adapter(name), fmt("float32")
+    assert "rms_norm.vjp" in adapter.conventions.in_place_ops
+    c = case("rms_norm", dtype)
+    cot = fill(dtype, c.inputs["x"].shape, 1.0, 5)
+    kept = cot.copy()
+    with outside_hypothesis():
+        check_vjp(adapter, "rms_norm", c, cot, dtype, _record("rms"))
+    assert np.array_equal(cot, kept)
+    adapter.conventions = replace(adapter.conventions, in_place_ops=adapter.conventions.in_place_ops - {"rms_norm.vjp"})
+    undeclared = r"wrote into its cotangent without declaring rms_norm\.vjp"
+    with outside_hypothesis(), pytest.raises(CheckFailure, match=undeclared):
+        check_vjp(adapter, "rms_norm", c, cot, dtype, _record("rms"))
+    assert np.array_equal(cot, kept)
+
+
+def test_rope_backward_writes_into_its_cotangent_for_one_head() -> None:
+    """Liger's RoPE backward rotates the gradient in place when its (batch, seq, heads, dim) view is
+    contiguous (one head here): declared as ``rope.vjp``; undeclared, the write is reported."""
+    adapter, dtype = load_adapter("liger"), fmt("float32")
+    rope = Case({"x": fill(dtype, (1, 4, 8), 1.0, 3), "positions": np.arange(4, dtype=np.int64)}, {"base": 1e4})
+    cot = fill(dtype, (1, 4, 8), 1.0, 5)
+    with outside_hypothesis():
+        check_vjp(adapter, "rope", rope, cot, dtype, _record("rope"))
+    adapter.conventions = replace(adapter.conventions, in_place_ops=adapter.conventions.in_place_ops - {"rope.vjp"})
+    undeclared = r"wrote into its cotangent without declaring rope\.vjp"
+    with outside_hypothesis(), pytest.raises(CheckFailure, match=undeclared):
+        check_vjp(adapter, "rope", rope, cot, dtype, _record("rope"))
 
 
 def test_swiglu_kernel_backward_overwrites_its_arguments() -> None:

@@ -56,6 +56,20 @@ def test_defect_caught_by_its_behaviour(planted_runs: dict[str, Run], cls: type)
     assert not planted_run.checks(adapter=name, status="error")
 
 
+def test_dynamic_ntk_checks_tell_the_design_from_the_regression(planted_run: Run) -> None:
+    """A dynamic NTK that keeps its cache at n = L but resets below it (HF's design) fails the n = L check
+    and passes the n < L one; one that never resets fails both. An expectation entry naming the design
+    (``rope_scaled/dynamic-at-trained-length``) therefore leaves a regression below L visible."""
+
+    def status(adapter: str, check: str) -> str:
+        (c,) = planted_run.checks(adapter=adapter, check=check, dtype="float32")
+        return str(c["status"])
+
+    below, at = "rope_scaled/dynamic-below-trained-length", "rope_scaled/dynamic-at-trained-length"
+    assert (status("dynamic-ntk-keeps-at-l", below), status("dynamic-ntk-keeps-at-l", at)) == ("passed", "failed")
+    assert (status("dynamic-ntk-sticky", below), status("dynamic-ntk-sticky", at)) == ("failed", "failed")
+
+
 def test_failure_carries_counterexample(planted_run: Run, tmp_path: Path) -> None:
     """A failed check records the shrunk example and Hypothesis's reproduction blob."""
     c = planted_run.checks(adapter="z-loss-linear", check="z_loss/value", dtype="float32")[0]

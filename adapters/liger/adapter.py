@@ -22,14 +22,17 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
 
 * ``liger`` RMSNorm (``casting_mode="llama"``) computes 1/RMS in float32, casts x·(1/RMS) to the input
   dtype and multiplies by the weight: ``norm_rounding="before_weight"``. Its backward forms the weight
-  gradient's products g·x̂ with x̂ cast to the input dtype, in that dtype: ``unfused`` ``rms_norm.vjp``.
+  gradient's products g·x̂ with x̂ cast to the input dtype, in that dtype: ``unfused`` ``rms_norm.vjp``. The
+  backward (``in_place=True``, the default, in all three casting modes) writes ∂L/∂x into the incoming
+  gradient ∂L/∂y and returns it: ``in_place_ops`` ``rms_norm.vjp``.
   ε has no functional default; ``LigerRMSNorm`` and ``LigerLayerNorm`` default to 1e-6.
 * LayerNorm: float32 statistics (two-pass variance), one rounding of the output and of each gradient.
 * RoPE: the half-split layout; cos and sin are computed here in float32 (angles as the torch adapter,
   ``cat(freqs, freqs)`` as HF builds them; the kernel reads only their first half), and the kernel rotates
   in the dtype of cos and sin, so once rounded. It writes the rotated values into q and k themselves
   whenever their (batch, seq, heads, dim) view is contiguous — one head or one position — so ``rope`` is
-  declared in ``in_place_ops``.
+  declared in ``in_place_ops``. Its backward rotates the incoming gradient back in the same way, in place
+  for one head: ``rope.vjp`` is declared too.
 * SwiGLU MLP: the matmuls round to the input dtype, the kernel rounds SiLU(a) to the input dtype before
   the product: ``unfused`` ``swiglu_mlp``. The kernel's backward writes ∂L/∂a and ∂L/∂b into a and b, the
   projections x·W₁ and x·W₃ — intermediates here, not inputs of the contract's operation.
@@ -53,11 +56,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from importlib.metadata import version
-from typing import Any
 
-import numpy as np
 import torch
 
 #: Triton (or Liger) was imported before this module without the interpreter: too late to interpret
@@ -102,6 +103,11 @@ _LOSSES = ("cross_entropy", "cross_entropy_mean", "z_loss", "softcap_z_loss")
 
 #: eps of LigerRMSNorm and LigerLayerNorm (the functions have no default)
 DEFAULT_EPS = 1e-6
+
+#: backwards that write their result into the incoming gradient (measured, docs/adapters.md): RMSNorm's
+#: (``in_place=True``, its default, in every casting mode) always; RoPE's whenever the gradient's
+#: (batch, seq, heads, dim) view is contiguous, as its forward does with q
+_GRAD_INTO_COTANGENT = frozenset({"rms_norm.vjp", "rope.vjp"})
 
 
 def _cos_sin(positions: torch.Tensor, rd: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,7 +238,7 @@ class LigerAdapter(TorchAdapter):
             norm_rounding="before_weight",
             unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "glu_mlp", "mlp", "cross_entropy_mean"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
-            in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"}),
+            in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"} | _GRAD_INTO_COTANGENT),
             grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean"}),
             exp_via_exp2=frozenset(_LOSSES),
         )
@@ -261,13 +267,6 @@ class LigerAdapter(TorchAdapter):
             )
         return env
 
-    def vjp(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        # RMSNorm's backward (in_place=True, the default) and RoPE's write their result into the incoming
-        # gradient: give them the adapter's own copy of the suite's cotangent
-        return super().vjp(op, inputs, params, cotangent.copy())
-
 
 class LigerGemmaAdapter(LigerAdapter):
     """``liger-gemma``: RMSNorm in the ``gemma`` casting mode, offset 1 — everything in float32, one
@@ -283,6 +282,7 @@ class LigerGemmaAdapter(LigerAdapter):
             norm_rounding="single",
             norm_weight_offset=1.0,
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
+            in_place_ops=frozenset({"rms_norm.vjp"}),
         )
 
     def declared_capabilities(self) -> dict[str, Capability]:
@@ -307,6 +307,7 @@ class LigerNoneAdapter(LigerAdapter):
             compute_dtype="bfloat16",
             norm_rounding="single",
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
+            in_place_ops=frozenset({"rms_norm.vjp"}),
         )
 
     def declared_capabilities(self) -> dict[str, Capability]:

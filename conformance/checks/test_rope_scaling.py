@@ -181,36 +181,61 @@ def test_ntk_base(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     _agree(adapter, dtype, record, (case.inputs, plain), (case.inputs, case.params), f"NTK s = {s}")
 
 
+def _dynamic_plain_after_longer(
+    adapter: Adapter, dtype: Format, record: Record, data: st.DataObject, at_trained_length: bool
+) -> None:
+    """A dynamic-NTK call of length n ≤ L is plain RoPE, also right after a longer call, and answers as it did
+    before that call. ``at_trained_length``: its last position is L − 1 (n = L); otherwise every position is
+    below L − 1 (n < L)."""
+    case: Case = data.draw(_case(adapter, dtype, ("dynamic",)), label="case")
+    original = case.params["scaling"]["original_max_position_embeddings"]
+    t = case.inputs["x"].shape[-2]
+    rng = np.random.default_rng(case.about["seed"])
+    short = np.sort(rng.integers(0, original - 1, size=t)).astype(np.int64)  # n = max + 1 ≤ L − 1
+    if at_trained_length:
+        short[-1] = original - 1  # n = L: the last length that is still plain RoPE
+    long = short + data.draw(st.sampled_from([original, 3 * original, 50_000]), label="beyond by")
+    plain = dict(case.params, scaling=None)
+    inputs = dict(case.inputs, positions=short)
+    n = f"n = {int(short.max()) + 1}, L = {original}"
+    first, _, call = run(adapter, "rope_scaled", inputs, case.params, dtype, case.inputs["x"].shape)
+    run(adapter, "rope_scaled", dict(case.inputs, positions=long), case.params, dtype, case.inputs["x"].shape)
+    _agree(adapter, dtype, record, (inputs, plain), (inputs, case.params), f"dynamic NTK at {n} after a longer call")
+    again, _, _ = run(adapter, "rope_scaled", inputs, case.params, dtype, case.inputs["x"].shape)
+    if not np.array_equal(first, again):
+        i = tuple(int(j) for j in np.argwhere(first != again)[0])
+        raise CheckFailure(
+            f"the same call ({n}) before and after a call at positions up to {int(long.max())}: got {again[i]:.8g} "
+            f"at {i}, should be {first[i]:.8g} (the first answer) [{call}]"
+        )
+
+
 @check(
-    "rope_scaled/dynamic-within-trained-length",
+    "rope_scaled/dynamic-below-trained-length",
     "rope_scaling",
-    "dynamic NTK is plain RoPE while every position is below the trained length, also right after a longer call "
-    "(no state carried from one call to the next)",
+    "dynamic NTK is plain RoPE for a call shorter than the trained length (n < L), also right after a longer "
+    "call (no state carried from one call to the next)",
     DYNAMIC,
     op="rope_scaled",
     choices={RULE: ("dynamic",)},
 )
 @given(data=st.data())
-def test_dynamic_stateless(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case: Case = data.draw(_case(adapter, dtype, ("dynamic",)), label="case")
-    original = case.params["scaling"]["original_max_position_embeddings"]
-    t = case.inputs["x"].shape[-2]
-    short = np.sort(np.random.default_rng(case.about["seed"]).integers(0, original, size=t)).astype(np.int64)
-    if data.draw(st.booleans(), label="ends at the trained length"):
-        short[-1] = original - 1  # n = L: the last length that is still plain RoPE
-    long = short + data.draw(st.sampled_from([original, 3 * original, 50_000]), label="beyond by")
-    plain = dict(case.params, scaling=None)
-    inputs = dict(case.inputs, positions=short)
-    first, _, call = run(adapter, "rope_scaled", inputs, case.params, dtype, case.inputs["x"].shape)
-    run(adapter, "rope_scaled", dict(case.inputs, positions=long), case.params, dtype, case.inputs["x"].shape)
-    _agree(adapter, dtype, record, (inputs, plain), (inputs, case.params), "dynamic NTK after a longer call")
-    again, _, _ = run(adapter, "rope_scaled", inputs, case.params, dtype, case.inputs["x"].shape)
-    if not np.array_equal(first, again):
-        i = tuple(int(j) for j in np.argwhere(first != again)[0])
-        raise CheckFailure(
-            f"the same call before and after a call at positions up to {int(long.max())}: got {again[i]:.8g} at {i}, "
-            f"should be {first[i]:.8g} (the first answer) [{call}]"
-        )
+def test_dynamic_below_trained_length(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    _dynamic_plain_after_longer(adapter, dtype, record, data, at_trained_length=False)
+
+
+@check(
+    "rope_scaled/dynamic-at-trained-length",
+    "rope_scaling",
+    "dynamic NTK is plain RoPE for a call ending at position L − 1 (n = L: s·n/L − (s − 1) = 1), also right "
+    "after a longer call (no state carried from one call to the next)",
+    DYNAMIC,
+    op="rope_scaled",
+    choices={RULE: ("dynamic",)},
+)
+@given(data=st.data())
+def test_dynamic_at_trained_length(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    _dynamic_plain_after_longer(adapter, dtype, record, data, at_trained_length=True)
 
 
 #: the rules with frequency bands

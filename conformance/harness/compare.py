@@ -198,15 +198,60 @@ def call_op(
     *cotangent: np.ndarray,
 ) -> Any:
     """Call ``forward`` (or ``vjp`` when a cotangent is given) on copies of the inputs, and fail if the
-    candidate wrote into them without declaring the operation in-place."""
+    candidate wrote into them without declaring the operation in-place. The cotangent is handed over as it
+    is, not copied: a backward that writes into the gradient it receives (as fused kernels may, to save a
+    buffer) fails unless the adapter declares ``op.vjp`` in-place; either way the caller's array holds the
+    cotangent it passed again afterwards."""
     copies = {k: v.copy() for k, v in inputs.items()}
-    fn = adapter.vjp if cotangent else adapter.forward
-    out = _invoke(call, fn, op, copies, params, *cotangent)
+    if not cotangent:
+        out = _invoke(call, adapter.forward, op, copies, params)
+    else:
+        (cot,) = cotangent
+        kept = cot.copy()
+        try:
+            out = _invoke(call, adapter.vjp, op, copies, params, cot)
+        except CheckFailure:
+            _restore(cot, kept)
+            raise
+        if not np.array_equal(cot, kept, equal_nan=True):
+            wrote = cot.copy()
+            # the gradients it returned may be that very buffer (an in-place backward returns ∂L/∂x in ∂L/∂y's
+            # memory): keep them as returned, then give the caller back the cotangent it drew
+            if isinstance(out, Mapping):
+                out = {k: _own(v, cot) for k, v in out.items()}
+            _restore(cot, kept)
+            if f"{op}.vjp" not in adapter.conventions.in_place_ops:
+                _unwritten(wrote, kept, op, call)
     if op not in adapter.conventions.in_place_ops:
         for k, v in copies.items():
             if not np.array_equal(v, inputs[k], equal_nan=True):
                 raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
     return out
+
+
+def _own(value: Any, buffer: np.ndarray) -> Any:
+    """``value``, copied if it is an array sharing memory with ``buffer``."""
+    return value.copy() if isinstance(value, np.ndarray) and np.shares_memory(value, buffer) else value
+
+
+def _restore(buffer: np.ndarray, kept: np.ndarray) -> None:
+    if not np.array_equal(buffer, kept, equal_nan=True):
+        np.copyto(buffer, kept)
+
+
+def _unwritten(wrote: np.ndarray, kept: np.ndarray, op: str, call: str) -> None:
+    """Fail where the cotangent after the candidate's backward (``wrote``) differs from the one it was
+    handed (``kept``)."""
+    now, before = wrote.astype(np.float64), kept.astype(np.float64)
+    changed = (now != before) & ~(np.isnan(now) & np.isnan(before))
+    if changed.any():
+        i = _index(changed)
+        got, want = now[i], before[i]
+        raise CheckFailure(
+            f"wrote into its cotangent without declaring {op}.vjp in-place: got {got:.8g} at {i}, should be "
+            f"{want:.8g} (the gradient it was handed, which the caller still needs), {int(changed.sum())} of "
+            f"{changed.size} elements changed [{call}]"
+        )
 
 
 def check_forward(
