@@ -2,7 +2,7 @@
 ``lint`` (ruff and mypy), ``bench`` (the performance report: docs/performance.md), ``bench-conformance``
 (how long the CI-profile conformance run takes), ``report`` (merge report.json files into the static site
 under reports/site/), ``mutants`` (the suite against the catalogue of defective implementations: every one
-must be caught).
+must be caught), ``wheel`` (the wheel built from the tree, installed beside AdapterHub's ``adapters``).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.

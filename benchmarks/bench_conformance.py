@@ -1,9 +1,12 @@
 """How long the CI-profile conformance run takes (a benchmark, never a test).
 
 Runs ``python -m transformer_conformance.conformance`` in a subprocess for each adapter given (default: torch),
-``--repeat`` times, and prints wall time (median and spread) and the per-behaviour check time from the run's report.
+``--repeat`` times, and prints wall time (median and spread), the per-behaviour check time from the run's
+report, and the sizes of report.md, of the job summary made of it and of the terminal output. A passing and
+a fully failing candidate of the same size compare how much a regression slows the gate:
 
     python benchmarks/bench_conformance.py --adapter torch --repeat 3 --workers 2
+    python benchmarks/bench_conformance.py --adapter numpy --adapter tests.faulty:OnePercentOff --workers 2
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from transformer_conformance.reports.writer import step_summary
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_once(adapter: str, workers: str, profile: str) -> tuple[float, dict[str, float], int]:
+def run_once(adapter: str, workers: str, profile: str) -> tuple[float, dict[str, float], int, dict[str, int]]:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.run(
@@ -43,10 +48,16 @@ def run_once(adapter: str, workers: str, profile: str) -> tuple[float, dict[str,
         )
         wall = time.perf_counter() - start
         report = json.loads((Path(tmp) / "report.json").read_text())
+        md = (Path(tmp) / "report.md").read_text()
     per: dict[str, float] = defaultdict(float)
     for c in report["checks"]:
         per[c["behaviour"]] += c["duration_s"]
-    return wall, dict(per), proc.returncode
+    sizes = {
+        "report.md": len(md.encode()),
+        "step summary": len(step_summary(md).encode()),
+        "terminal": len(proc.stdout.encode()) + len(proc.stderr.encode()),
+    }
+    return wall, dict(per), proc.returncode, sizes
 
 
 def main() -> int:
@@ -59,10 +70,11 @@ def main() -> int:
     for adapter in args.adapter or ["torch"]:
         walls, pers = [], []
         for i in range(args.repeat):
-            wall, per, rc = run_once(adapter, args.workers, args.profile)
+            wall, per, rc, sizes = run_once(adapter, args.workers, args.profile)
             walls.append(wall)
             pers.append(per)
-            print(f"{adapter} run {i + 1}/{args.repeat}: {wall:.1f} s (exit {rc})", flush=True)
+            sized = ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())
+            print(f"{adapter} run {i + 1}/{args.repeat}: {wall:.1f} s (exit {rc}; {sized})", flush=True)
         print(
             f"\n{adapter}, profile {args.profile}, workers {args.workers}: median {statistics.median(walls):.1f} s, "
             f"min {min(walls):.1f} s, max {max(walls):.1f} s over {len(walls)} runs"

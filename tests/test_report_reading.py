@@ -6,6 +6,7 @@ GitHub's limit, and the seed documents named."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,15 @@ def test_the_step_summary_stays_under_the_limit() -> None:
     assert out.count("### case") + int(out.split("(")[-1].split(" more")[0]) == 2000
     assert out.count("```") % 2 == 0  # never cut inside a block
     assert step_summary("short", limit=100) == "short"
+
+
+def test_a_failing_check_costs_about_what_a_passing_one_does(tmp_path: Path) -> None:
+    """A candidate wrong everywhere must not make the gate crawl: a failing check runs no more examples than a
+    passing one (ci's 40), and still reports its first failure shrunk, with its @reproduce_failure line."""
+    done = run_suite(tmp_path, "--adapter=tests.faulty:OnePercentOff", "test_rmsnorm.py", "--dtype=float32")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    failed = [c for c in done.report["checks"] if c["status"] == "failed"]
+    assert len(failed) == 3
+    for c in failed:
+        assert c["examples"] <= 40, (c["check"], c["examples"])
+        assert "@reproduce_failure" in c["counterexample"]
