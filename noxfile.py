@@ -139,7 +139,7 @@ import adapters, transformer_conformance.adapters as tca
 assert 'transformer_conformance' not in adapters.__file__, adapters.__file__
 assert hasattr(adapters, 'AutoAdapterModel'), 'not AdapterHub'
 assert tca.Capability and tca.Conventions
-print('adapters', adapters.__version__, 'from', adapters.__file__)
+print('adapters from', adapters.__file__)
 print('transformer_conformance.adapters from', tca.__file__)
 """
 
@@ -148,7 +148,7 @@ print('transformer_conformance.adapters from', tca.__file__)
 def wheel(session: nox.Session) -> None:
     """The wheel built from the tree, installed beside AdapterHub's ``adapters`` package in one environment:
     both import, and the installed suite runs (its folders install under transformer_conformance)."""
-    session.install(ADAPTERHUB)
+    session.install(ADAPTERHUB, "torch")  # AdapterHub imports torch without declaring it
     tmp = Path(session.create_tmp())
     for old in tmp.glob("*.whl"):
         old.unlink()
@@ -156,9 +156,10 @@ def wheel(session: nox.Session) -> None:
     (built,) = tmp.glob("transformer_conformance-*.whl")
     session.install(str(built))
     session.run("pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(built))
+    # outside this repository, whose adapters/ folder would shadow any installed package of that name
+    session.chdir(tmp)
     session.run("python", "-c", BOTH_IMPORT)
     out = tmp / "run"
-    session.chdir(tmp)
     session.run(
         "transformer-conformance", "--adapter", "numpy", "--behaviour", "rms_norm", "-n", "0", "-q",
         "--report-dir", str(out),
