@@ -19,4 +19,5 @@ EXTRAS: dict[str, str] = {
     "liger": "liger",
     "liger-gemma": "liger",
     "liger-none": "liger",
+    "onnxruntime": "onnxruntime",
 }

@@ -24,6 +24,7 @@ BUILTIN: dict[str, str] = {
     "liger": "transformer_conformance.adapters.liger.adapter:LigerAdapter",
     "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
+    "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
 }
 
 
