@@ -20,4 +20,5 @@ EXTRAS: dict[str, str] = {
     "liger-gemma": "liger",
     "liger-none": "liger",
     "onnxruntime": "onnxruntime",
+    "onnxruntime-contrib": "onnxruntime",
 }

@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
     "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
+    "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
 }
 
 

@@ -26,6 +26,16 @@ def test_smoke() -> None:
     assert "rms_norm[bfloat16]" not in checked  # no bfloat16 kernel on the CPU provider
 
 
+def test_contrib_smoke() -> None:
+    adapter = load_adapter("onnxruntime-contrib")
+    assert adapter.name == "onnxruntime-contrib"
+    checked = smoke(adapter, ("float32", "float16", "bfloat16"))
+    assert set(checked) == {f"rms_norm[{d}]" for d in ("float32", "float16", "bfloat16")} | {
+        "rope[float32]",
+        "rope[float16]",
+    }
+
+
 def test_declarations() -> None:
     adapter = load_adapter("onnxruntime")
     assert set(adapter.capabilities) == {
@@ -59,13 +69,14 @@ def test_undeclared_dtype_does_not_run() -> None:
         adapter.forward("rms_norm", case("rms_norm", dtype).inputs, {"eps": 1e-5})
 
 
+@pytest.mark.parametrize("contrib", [False, True], ids=["standard", "contrib"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_rope_layout_follows_the_declaration(layout: str) -> None:
+def test_rope_layout_follows_the_declaration(layout: str, contrib: bool) -> None:
     """The interleaved attribute is set from the declared layout; the other layout's answer is caught."""
-    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeAdapter
+    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeAdapter, OnnxRuntimeContribAdapter
 
     dtype, c = fmt("float32"), case("rope", fmt("float32"))
-    adapter = OnnxRuntimeAdapter(rope_layout=layout)
+    adapter = (OnnxRuntimeContribAdapter if contrib else OnnxRuntimeAdapter)(rope_layout=layout)
     with outside_hypothesis():
         check_forward(adapter, "rope", c, dtype, Record("rope", "rope", "", ""))
     other = "interleaved" if layout == "half" else "half"

@@ -7,7 +7,7 @@ shape, so one session serves every shape):
 
 * ``layer_norm`` — ``LayerNormalization`` (opset 17; ``axis=-1``, ``stash_type`` float32);
 * ``rms_norm`` — ``RMSNormalization`` (opset 23);
-* ``rope`` — ``RotaryEmbedding`` (opset 23) on x viewed as (1, heads, T, d), ``interleaved`` set from the
+* ``rope`` — ``RotaryEmbedding`` (opset 23) on x viewed as (batch, 1, T, d), ``interleaved`` set from the
   declared layout, ``rotary_embedding_dim`` for a partial rotation. The operator takes cos and sin caches
   in x's type, indexed by ``position_ids``: the adapter computes the angles of the call's positions in
   float32 (as model code builds its cache) and rounds cos and sin to x's dtype, as the operator requires;
@@ -41,6 +41,7 @@ Declared, because measured on onnxruntime 1.32.0 (CPU provider):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import ml_dtypes
@@ -220,11 +221,13 @@ class OnnxRuntimeAdapter:
         rd = d if params.get("rotary_dim") is None else int(params["rotary_dim"])
         cos, sin = rope_cache(positions, rd, float(params.get("base", 10000.0)))
         # the cache holds the rows of this call's positions; position_ids index them, as a model's would
+        # x as (batch, 1 head, T, d): every leading row a batch entry, with its own row of position ids
+        rows = x.reshape(-1, 1, t, d)
         feeds = {
-            "x": x.reshape(1, -1, t, d),
+            "x": rows,
             "cos": cos.astype(x.dtype),
             "sin": sin.astype(x.dtype),
-            "position_ids": np.arange(t, dtype=np.int64)[None, :],
+            "position_ids": np.broadcast_to(np.arange(t, dtype=np.int64), (rows.shape[0], t)),
         }
         sess = self._session("rope", dtype, 0 if rd == d else rd)
         return graphs.run(sess, feeds, "y", x.dtype).reshape(x.shape)
@@ -245,3 +248,51 @@ class OnnxRuntimeAdapter:
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
         raise NotImplementedError("ONNX Runtime inference has no gradients (every operation is declared grad=False)")
+
+
+class OnnxRuntimeContribAdapter(OnnxRuntimeAdapter):
+    """The built-in ``onnxruntime-contrib`` adapter: the operators ONNX Runtime's own exporters and transformer
+    optimiser emit, outside the ONNX standard, on the CPU provider.
+
+    * ``rms_norm`` — ``SimplifiedLayerNormalization`` (registered by onnxruntime in the default domain, the
+      norm of exported LLaMA-style models before opset 23);
+    * ``rope`` — ``com.microsoft.RotaryEmbedding`` on x viewed as (batch, 1, T, d) (``num_heads=1``, which it
+      requires with ``rotary_embedding_dim``), ``position_ids`` indexing cos and sin caches in x's type,
+      ``interleaved`` from the declared layout.
+
+    The contrib attention operators are not declared: ``GroupQueryAttention`` is causal only (no attribute turns
+    the mask off) and ``MultiHeadAttention`` has one head count for q, k and v (no grouped KV heads), so neither
+    computes every case of the contract's ``attention`` (non-causal GQA).
+    """
+
+    name = "onnxruntime-contrib"
+
+    def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
+        super().__init__(device, rope_layout, causal_alignment)
+        self.conventions = replace(self.conventions, unfused=frozenset({"rope"}))
+        self.capabilities = {
+            # bfloat16 has a kernel here, unlike the standard RMSNormalization
+            "rms_norm": Capability(dtypes=ALL, grad=False),
+            "rope": Capability(dtypes=F32_F16, grad=False),
+        }
+        self._build = self._build | {"rms_norm": self._simplified_layer_norm, "rope": self._contrib_rope}
+
+    def environment(self) -> dict[str, str]:
+        return super().environment() | {"operators": "SimplifiedLayerNormalization, com.microsoft.RotaryEmbedding"}
+
+    def _simplified_layer_norm(self, elem: int, eps: float | None) -> bytes:
+        node = helper.make_node("SimplifiedLayerNormalization", ["x", "weight"], ["y"], axis=-1, **self._eps(eps))
+        return graphs.model([node], [("x", elem), ("weight", elem)], [("y", elem)], 17)
+
+    def _contrib_rope(self, elem: int, rotary_dim: int) -> bytes:
+        node = helper.make_node(
+            "RotaryEmbedding",
+            ["x", "position_ids", "cos", "sin"],
+            ["y"],
+            domain=graphs.MS_DOMAIN,
+            num_heads=1,  # required with rotary_embedding_dim
+            interleaved=int(self.interleaved),
+            rotary_embedding_dim=rotary_dim,
+        )
+        ins = [("x", elem), ("position_ids", TensorProto.INT64), ("cos", elem), ("sin", elem)]
+        return graphs.model([node], ins, [("y", elem)], 17, contrib=True)
