@@ -4,6 +4,7 @@ CPU provider, passes a smoke subset, and is held to what it declares."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from tests.adapter_smoke import case, outside_hypothesis, smoke
+from tests.conformance_run import run_suite
+from tests.planted import ORT_BREAKS
 from transformer_conformance.adapters.registry import load_adapter
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward
 from transformer_conformance.conformance.strategies.common import Case, fill
@@ -132,3 +135,19 @@ def test_sessions_cached() -> None:
         c = Case({"x": fill(dtype, (2, n), 1.0, n), "weight": fill(dtype, (n,), 0.5, 1, offset=1.0)}, {"eps": None})
         adapter.forward("rms_norm", c.inputs, c.params)
     assert len(adapter._sessions) == 1  # type: ignore[attr-defined]
+
+
+def test_planted_converter_defects_caught(tmp_path: Path) -> None:
+    """Graphs built as a faulty converter builds them (tests/planted.py): RoPE exported with the other
+    ``interleaved`` value, GQA heads expanded with Tile. Each fails the checks of its behaviour, nothing else."""
+    adapters = [f"--adapter=tests.planted:{name}" for name in ORT_BREAKS]
+    run = run_suite(tmp_path, *adapters, "--dtype=float32", "--behaviour=rope,attention", "-n", "1")
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    for name, (behaviour, check_ids, dtype) in ORT_BREAKS.items():
+        adapter = name.replace("_", "-")
+        failed = run.checks(adapter=adapter, status="failed")
+        assert {c["behaviour"] for c in failed} == {behaviour}, [c["check"] for c in failed]
+        for check_id in check_ids:
+            caught = [c for c in failed if c["check"] == check_id and c["dtype"] == dtype]
+            assert caught and "should be" in caught[0]["message"], (adapter, check_id, [c["check"] for c in failed])
+        assert not run.checks(adapter=adapter, status="error")
