@@ -21,4 +21,5 @@ EXTRAS: dict[str, str] = {
     "liger-none": "liger",
     "onnxruntime": "onnxruntime",
     "onnxruntime-contrib": "onnxruntime",
+    "onnxruntime-export": "onnxruntime-export",
 }

@@ -26,6 +26,7 @@ BUILTIN: dict[str, str] = {
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
     "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
     "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
+    "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
 }
 
 
