@@ -24,8 +24,9 @@ Declared, because measured on onnxruntime 1.32.0 (CPU provider):
 
 * dtypes: the CPU provider registers bfloat16 kernels for ``LayerNormalization`` only; ``RMSNormalization``
   and ``Attention`` are expanded into their function bodies for bfloat16, whose ``Mul``/``Expand`` have no
-  bfloat16 kernel, and ``RotaryEmbedding`` and ``SoftmaxCrossEntropyLoss`` have none: those declare float32
-  and float16 (a bfloat16 session fails to build with NOT_IMPLEMENTED);
+  bfloat16 kernel, ``RotaryEmbedding`` has none, and the bfloat16 ``SoftmaxCrossEntropyLoss`` function body
+  does not type-check: those declare float32 and float16 (a bfloat16 session fails to build, NOT_IMPLEMENTED
+  or INVALID_GRAPH);
 * ε defaults: 1e-5 for both norms (the operators' attribute default, used when ε is None);
 * RoPE: ``interleaved=0`` rotates the pairs (i, i + d/2), ``interleaved=1`` the pairs (2i, 2i+1); cos and
   sin are stored in x's dtype (``unfused`` rope);
