@@ -19,4 +19,7 @@ EXTRAS: dict[str, str] = {
     "liger": "liger",
     "liger-gemma": "liger",
     "liger-none": "liger",
+    "onnxruntime": "onnxruntime",
+    "onnxruntime-contrib": "onnxruntime",
+    "onnxruntime-export": "onnxruntime-export",
 }

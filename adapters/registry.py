@@ -24,6 +24,9 @@ BUILTIN: dict[str, str] = {
     "liger": "transformer_conformance.adapters.liger.adapter:LigerAdapter",
     "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
+    "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
+    "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
+    "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
 }
 
 

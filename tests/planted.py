@@ -1,12 +1,14 @@
 """Realistic defective PyTorch implementations, each wrong in exactly one way.
 
 Each class is the built-in torch adapter with one operation replaced; ``BREAKS`` names the check that
-must catch it. The project's tests run the conformance suite against all of them.
+must catch it. The project's tests run the conformance suite against all of them. At the end, converter
+defects in ONNX graphs run by the onnxruntime adapter (``ORT_BREAKS``; tests/test_adapters_onnxruntime.py).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -831,3 +833,65 @@ BREAKS.update(
         LmHeadWithoutFinalNorm: ("blocks", ("lm-head/stream-scale", "lm-head/forward"), "float32"),
     }
 )
+
+
+# ---- ONNX Runtime graphs: converter defects --------------------------------------------------------------------
+# The onnxruntime adapter with one graph built wrong, as a model converter builds it wrong. Not torch code, so
+# not in BREAKS: tests/test_adapters_onnxruntime.py runs them (onnxruntime is an optional extra, imported here
+# only when one of them is built).
+
+
+def ort_rope_interleaved_attr(device: str = "cpu") -> Any:
+    """A converter that exports a half-split (HF) RoPE as ``RotaryEmbedding`` with ``interleaved=1``: the model
+    rotates pairs (i, i + d/2), the graph rotates (2i, 2i+1). Declares the model's layout."""
+    from dataclasses import replace
+
+    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeAdapter
+
+    adapter = OnnxRuntimeAdapter(device, rope_layout="interleaved")  # builds interleaved=1
+    adapter.name = "ort-rope-interleaved-attr"  # type: ignore[misc]
+    adapter.conventions = replace(adapter.conventions, rope_layout="half")
+    adapter.capabilities = {"rope": Capability(dtypes=frozenset({"float32"}), grad=False)}
+    return adapter
+
+
+def ort_gqa_tiled(device: str = "cpu") -> Any:
+    """A converter that expands grouped KV heads with ``Tile`` before an ``Attention`` of equal head counts
+    (torch's ``k.repeat`` where the model means ``repeat_interleave``): query head h reads KV head h % H_kv."""
+    from onnx import TensorProto, helper
+
+    from transformer_conformance.adapters.onnxruntime import graphs
+    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeAdapter
+
+    class GqaTiled(OnnxRuntimeAdapter):
+        name = "ort-gqa-tiled"
+
+        def _attention(self, elem: int, causal: bool, softcap: float | None, scale: float | None, past: bool) -> bytes:
+            one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+            nodes = [
+                helper.make_node("Constant", [], ["one"], value=one),
+                helper.make_node("Shape", ["q"], ["hq"], start=1, end=2),
+                helper.make_node("Shape", ["k"], ["hkv"], start=1, end=2),
+                helper.make_node("Div", ["hq", "hkv"], ["groups"]),
+                helper.make_node("Concat", ["one", "groups", "one", "one"], ["repeats"], axis=0),
+                helper.make_node("Tile", ["k", "repeats"], ["k_tiled"]),
+                helper.make_node("Tile", ["v", "repeats"], ["v_tiled"]),
+            ]
+            attrs: dict[str, Any] = {"is_causal": int(causal)}
+            if softcap:
+                attrs["softcap"] = float(softcap)
+            if scale is not None:
+                attrs["scale"] = float(scale)
+            nodes.append(helper.make_node("Attention", ["q", "k_tiled", "v_tiled"], ["y"], **attrs))
+            return graphs.model(nodes, [("q", elem), ("k", elem), ("v", elem)], [("y", elem)], 23)
+
+    adapter = GqaTiled(device, causal_alignment="top_left")  # no cache path: the graph above has no past inputs
+    adapter.capabilities = {"attention": Capability(dtypes=frozenset({"float32"}), grad=False)}
+    return adapter
+
+
+#: planted ONNX Runtime factory -> (behaviour, the checks that must fail (each), dtype)
+ORT_BREAKS = {
+    "ort_rope_interleaved_attr": ("rope", ("rope/forward",), "float32"),
+    "ort_gqa_tiled": ("attention", ("attention/gqa-grouping", "attention/forward"), "float32"),
+}

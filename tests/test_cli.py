@@ -28,7 +28,8 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
         (
             ["--adapter", "nope"],
             "unknown adapter 'nope'; built-in adapters: flax, flax-nnx, hf-gemma, hf-llama, hf-t5, jax, liger, "
-            "liger-gemma, liger-none, numpy, torch, torch-compile, torch-compile-full",
+            "liger-gemma, liger-none, numpy, onnxruntime, onnxruntime-contrib, onnxruntime-export, torch, "
+            "torch-compile, torch-compile-full",
         ),
         (["--adapter", "no_such_pkg.mod:Adapter"], "cannot import 'no_such_pkg.mod': ModuleNotFoundError"),
         (["--adapter", "tests.faulty:Missing"], "module 'tests.faulty' has no attribute 'Missing'"),
