@@ -1,6 +1,6 @@
 """The mutant catalogue: realistic defective implementations the conformance suite must reject.
 
-Each mutant is the built-in torch adapter (``adapters/torch_adapter.py``) with exactly one thing wrong:
+Each mutant is the built-in torch adapter (``adapters/torch/adapter.py``) with exactly one thing wrong:
 one entry of its ``impl`` table replaced, its hidden-width rule replaced, or one declared convention
 that the code does not follow. The defects are the ones real implementations make: the seeds' own
 warnings (a bias re-introduced into RMSNorm, ε placement, d_ff sizing) and the families found in model

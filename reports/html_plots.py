@@ -1,6 +1,6 @@
 """The precision plots of report.html: a check's worst error per bucket of an input coordinate.
 
-Checks that keep a series (report.json ``checks[].series``, conformance/series.py) are drawn one panel per
+Checks that keep a series (report.json ``checks[].series``, conformance/harness/series.py) are drawn one panel per
 check × adapter × output, one colour per dtype: the worst error in each bucket as points joined by a solid
 line, and the error budget of that same element as a dashed line. RoPE's series run along the position
 index (its angle m·θ is computed, and rounded, at every position), the norms' along the row's RMS (the

@@ -1,4 +1,4 @@
-"""A standalone reproduction script for a failed check, from the call the check stored (conformance/repro.py).
+"""A standalone reproduction script for a failed check, from the call the check stored (conformance/harness/repro.py).
 
 The script needs only NumPy, ml_dtypes and the candidate's own library: it rebuilds the input arrays in the
 dtype under test, imports the adapter by the import path given on the command line (``--adapter``),

@@ -1,4 +1,4 @@
-"""reports/svg_plot.py draws valid, escaped SVG on every scale; conformance/series.py keeps bounded series."""
+"""reports/svg_plot.py draws valid, escaped SVG on every scale; conformance/harness/series.py keeps bounded series."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Triton's interpreter is switched on before anything imports triton (adapters/triton_env.py): a liger
+"""Triton's interpreter is switched on before anything imports triton (adapters/triton/env.py): a liger
 adapter named after an adapter whose library imports triton (transformers does) still runs on a CPU."""
 
 from __future__ import annotations

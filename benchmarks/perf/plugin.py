@@ -162,7 +162,7 @@ class PerfRun:
 
     def _adapters(self, names: list[str]) -> dict[str, Adapter]:
         out: dict[str, Adapter] = {}
-        interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton_env.py)
+        interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton/env.py)
         for name in names or known_names():
             try:
                 adapter = load_adapter(name, device=self.device)

@@ -1,5 +1,5 @@
 """Error budgets of attention: scaled dot-product attention with its mask, GQA, soft-capping, QK-norm and RoPE,
-restated in tracked arithmetic (conformance/error_model.py), forward and VJP.
+restated in tracked arithmetic (conformance/budgets/error_model.py), forward and VJP.
 
 The softmax is written as a max-shifted implementation computes it: e_j = exp(s_j − max), P = e / Σ e. The
 shift cancels in the ratio, so only each logit's own error and the roundings of the subtraction, exp, sum

@@ -1,7 +1,8 @@
-"""Error budgets of the loss reductions: mean cross-entropy over valid tokens, z-loss of soft-capped logits.
+"""Error budgets of the losses: per-token cross-entropy and z-loss, the mean cross-entropy over valid tokens,
+the z-loss of soft-capped logits.
 
-``reference.losses`` restated in tracked arithmetic (conformance/error_model.py); registered in
-conformance/budgets.py's ``FORWARD`` and ``VJP`` tables.
+``reference.losses`` restated in tracked arithmetic (conformance/budgets/error_model.py); registered in
+conformance/budgets/registry.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Error budgets of the position behaviours: sinusoidal and learned positions, ALiBi, scaled RoPE.
 
 Each formula of ``reference.positions`` and ``reference.rope_scaling`` restated in tracked arithmetic
-(conformance/error_model.py), as conformance/budgets.py does for the core behaviours; registered in its
-``FORWARD`` and ``VJP`` tables.
+(conformance/budgets/error_model.py); registered in conformance/budgets/registry.py.
 """
 
 from __future__ import annotations

@@ -46,14 +46,14 @@ class Record:
     #: 0 for a correctly rounded result, whatever its budget (the report's colours and shares)
     margin: float | None = None
     worst: str = ""
-    #: filled while the check runs (``extra["repro"]``: the failing call, conformance/repro.py); not an
+    #: filled while the check runs (``extra["repro"]``: the failing call, conformance/harness/repro.py); not an
     #: init field, so Hypothesis's printed counterexample leaves it out
     extra: dict[str, Any] = field(default_factory=dict, init=False)
     #: examples the check has started (Hypothesis's generation, targeting and shrinking all count)
     calls: int = field(default=0, init=False)
     #: the 1-based index of the example that first failed: how many examples it took to find a failure
     first_failure: int | None = field(default=None, init=False)
-    #: the worst error per bucket of an input coordinate, by output (conformance/series.py)
+    #: the worst error per bucket of an input coordinate, by output (conformance/harness/series.py)
     series: dict[str, Series] = field(default_factory=dict, init=False)
 
     def __repr__(self) -> str:

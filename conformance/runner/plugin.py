@@ -2,7 +2,7 @@
 
 Options (after ``--`` in nox): ``--adapter NAME|package.module:attr`` (repeatable or comma-separated;
 default: the built-in default adapters), ``--dtype`` (repeatable), ``--device``, ``--report-dir``,
-``--expectations FILE`` (repeatable: known failures and skipped checks, conformance/expectations.py).
+``--expectations FILE`` (repeatable: known failures and skipped checks, conformance/runner/expectations.py).
 Hypothesis's own ``--hypothesis-profile`` and ``--hypothesis-seed`` apply as usual.
 """
 
@@ -145,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if b not in BEHAVIOURS:
             raise pytest.UsageError(f"unknown behaviour {b!r}; expected one of {', '.join(BEHAVIOURS)}")
     specs = expand(_split(config.getoption("adapter"))) or list(DEFAULT)
-    interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton_env.py)
+    interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton/env.py)
     adapters: list[Adapter] = []
     for spec in specs:
         try:

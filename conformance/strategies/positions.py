@@ -1,4 +1,4 @@
-"""Hypothesis strategies for positions, ALiBi and RoPE context extension (conformance/strategies.py's style:
+"""Hypothesis strategies for positions, ALiBi and RoPE context extension (conformance/strategies/common.py's style:
 arrays drawn as (shape, magnitude, seed) and rounded to the dtype under test)."""
 
 from __future__ import annotations
