@@ -29,12 +29,11 @@ PYTHON = "3.11"
 
 def install(session: nox.Session, *extras: str) -> None:
     """Install the project with the given extras, as a wheel (what users get: its folders under the one
-    import package transformer_conformance), rebuilt from the tree on every run. Set PIP_CONSTRAINT to pin
-    versions, as the project's CI does with constraints/ci.txt."""
+    import package transformer_conformance), rebuilt from the tree on every run (pip reinstalls a local
+    directory whatever its version). Set PIP_CONSTRAINT to pin versions, as the project's CI does with
+    constraints/ci.txt."""
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install(spec)
-    # the same version number on every build: make pip replace the installed copy with this tree's
-    session.run("pip", "install", "--no-deps", "--force-reinstall", "--quiet", ".", silent=True)
 
 
 #: Worker processes run tiny tensors: one intra-op thread each, so pytest-xdist's workers do not oversubscribe
