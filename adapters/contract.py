@@ -313,7 +313,8 @@ def validate(obj: object, origin: str) -> Adapter:
     ]
     if missing:
         raise ContractError(
-            f"{origin} is not an adapter: it has no {', '.join(missing)} (see docs/adapter-contract.md)"
+            f"{origin} is not an adapter: it has no {', '.join(missing)}"
+            " (docs/adapter-contract.md: transformer-conformance --docs adapter-contract)"
         )
     assert isinstance(obj, Adapter)
     if not isinstance(obj.name, str) or not obj.name:

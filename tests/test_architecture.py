@@ -171,5 +171,7 @@ def test_the_wheel_lists_every_package() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(config["packages"])
     on_disk = {_module_name(p) for part in PARTS for p in (ROOT / part).rglob("__init__.py")}
-    assert listed == on_disk
-    assert config["package-dir"] == {f"{PACKAGE}.{p}": p for p in PARTS}
+    # the documents messages and reports name, as package data (``transformer-conformance --docs``)
+    assert listed == on_disk | {f"{PACKAGE}.docs"}
+    assert config["package-dir"] == {f"{PACKAGE}.{p}": p for p in (*PARTS, "docs")}
+    assert config["package-data"][f"{PACKAGE}.docs"] == ["*.md"]

@@ -10,7 +10,8 @@ so that pytest knows them before it reads the command line. This runs
 The current directory's pytest configuration (its pytest.ini, pyproject.toml or conftest.py) is not read:
 the run is the suite's alone. Relative paths (``--report-dir``, default ``reports/out``) and the candidate's
 import path are the current directory's. Choose checks with ``--behaviour`` and ``-k``; a check module may
-also be named by its file name (``test_rmsnorm.py``).
+also be named by its file name (``test_rmsnorm.py``). ``--docs [TOPIC]`` prints the documentation installed
+with the suite (the ``docs/TOPIC.md`` files that messages and reports name).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def usage() -> str:
         "usage: transformer-conformance [OPTIONS]",
         "",
         "Check transformer building blocks against the float64 oracle and write the report (docs/report.md).",
+        "Every docs/TOPIC.md named in messages and reports is installed: --docs TOPIC prints it.",
         "Exit status: 0 conformant (or only known failures), 1 non-conformant, 2 interrupted, 4 usage error,",
         "5 nothing checked (no check of some candidate ran).",
         "",
@@ -119,10 +121,27 @@ def usage() -> str:
         "  --hypothesis-seed=N   with a random profile, the seed",
         "  test_rmsnorm.py       only the checks of this module (a file name of conformance/checks)",
         "",
+        "  --docs [TOPIC]        the suite's documents (docs/TOPIC.md in messages and reports), or one of them",
         "  --version             the suite's version and the versions it runs with",
         "  --help-pytest         every pytest option",
     ]
     return "\n".join(lines) + "\n"
+
+
+def print_docs(rest: list[str]) -> int:
+    """``--docs``: list the shipped documents; ``--docs TOPIC``: print one (exit 4 for an unknown topic)."""
+    from transformer_conformance.conformance.runner import docs
+
+    if not rest:
+        print(docs.listing(), end="")
+        return 0
+    try:
+        text = docs.show(rest[0])
+    except KeyError as exc:
+        print(f"transformer-conformance: {exc.args[0]}", file=sys.stderr)
+        return 4
+    print(text, end="" if text.endswith("\n") else "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     if "--help" in args or "-h" in args:
         print(usage(), end="")
         return 0
+    docs_at = [i for i, a in enumerate(args) if a == "--docs" or a.startswith("--docs=")]
+    if docs_at:
+        i = docs_at[0]
+        given = args[i].partition("=")[2]
+        after = args[i + 1 : i + 2]
+        return print_docs([given] if given else [a for a in after if not a.startswith("-")])
     args = ["--help" if a == "--help-pytest" else a for a in args]
 
     import pytest
