@@ -227,3 +227,101 @@ def mutants(session: nox.Session) -> None:
     Writes mutants.json and mutants.md to reports/out/mutants/ (``-- --out DIR`` elsewhere)."""
     install(session, "torch")
     session.run("python", "mutants/run.py", *session.posargs, env=_threads())
+
+
+#: where the scoreboard's shards write their reports, and its site
+SCOREBOARD = Path("reports/scoreboard")
+
+
+def builtin_adapters() -> list[str]:
+    """The built-in adapters in the registry's order (``BUILTIN`` of adapters/registry.py, read without
+    importing the project)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).parent / "adapters" / "registry.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "BUILTIN":
+            assert isinstance(node.value, ast.Dict)
+            return [ast.literal_eval(k) for k in node.value.keys if k is not None]
+    raise RuntimeError("adapters/registry.py has no BUILTIN")
+
+
+def _shard(session: nox.Session, name: str, args: list[str]) -> None:
+    """One adapter's conformance run, in an environment holding the project with that adapter's extra (one
+    environment per extra, under .nox/), with the built-in expectation files that name it. A failing
+    library is a result, not an error of the scoreboard: exit 1 is accepted."""
+    if name not in builtin_adapters():
+        session.error(f"{name!r} is not a built-in adapter; the scoreboard has {', '.join(builtin_adapters())}")
+    extra = ADAPTER_EXTRAS[name]
+    env = Path(".nox") / f"scoreboard-env-{extra or 'plain'}"
+    if not (env / "bin" / "python").exists():
+        session.run("python", "-m", "venv", str(env))
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    session.run(*pip, f".[{extra}]" if extra else ".", external=True)
+    out = SCOREBOARD / name
+    session.run(
+        str(env / "bin" / "transformer-conformance"),
+        *("--adapter", name, "--report-dir", str(out), "--expectations", "builtin"),
+        *args,
+        env=_threads(),
+        external=True,
+        success_codes=[0, 1],
+    )
+
+
+def _merge(session: nox.Session, names: list[str]) -> None:
+    """Merge the shards' reports into the site and rewrite the README's matrix (reports/scoreboard.py)."""
+    found = [SCOREBOARD / n / "report.json" for n in names if (SCOREBOARD / n / "report.json").exists()]
+    missing = [n for n in names if not (SCOREBOARD / n / "report.json").exists()]
+    if missing:
+        session.warn(f"no shard report for {', '.join(missing)}: left out of the scoreboard")
+    if not found:
+        session.error(f"no shard report under {SCOREBOARD}/: run nox -s scoreboard-shard -- NAME first")
+    install(session)
+    session.run(
+        "python",
+        *("-m", "transformer_conformance.reports.scoreboard", *map(str, found)),
+        *("--site", str(SCOREBOARD / "site"), "--readme", "README.md"),
+    )
+
+
+def _scoreboard_names(args: list[str]) -> tuple[list[str], list[str]]:
+    """The adapters ``--adapter a,b`` names (default: every built-in adapter), and the other arguments."""
+    names: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == "--adapter":
+            names += next(it, "").split(",")
+        elif a.startswith("--adapter="):
+            names += a.removeprefix("--adapter=").split(",")
+        else:
+            rest.append(a)
+    return [n.strip() for n in names if n.strip()] or builtin_adapters(), rest
+
+
+@nox.session(python=PYTHON)
+def scoreboard(session: nox.Session) -> None:
+    """Every built-in adapter, one shard each in the environment its extra needs, then the merge: the site in
+    reports/scoreboard/site/ and the README's matrix. ``-- --adapter a,b`` runs some of them again (the merge takes
+every shard under reports/scoreboard/, each dated); other arguments go
+    to each run (``-- --hypothesis-profile=dev``). CI runs the shards on separate machines
+    (.github/workflows/scoreboard.yml): ``nox -s scoreboard-shard -- NAME``, then ``nox -s scoreboard-merge``."""
+    names, args = _scoreboard_names(list(session.posargs))
+    for name in names:
+        _shard(session, name, args)
+    _merge(session, builtin_adapters())  # with the shards of earlier runs still under reports/scoreboard/
+
+
+@nox.session(name="scoreboard-shard", python=PYTHON)
+def scoreboard_shard(session: nox.Session) -> None:
+    """One shard of the scoreboard: ``-- NAME [run options]`` writes reports/scoreboard/NAME/."""
+    if not session.posargs:
+        session.error(f"name the adapter: nox -s scoreboard-shard -- NAME ({', '.join(builtin_adapters())})")
+    _shard(session, session.posargs[0], list(session.posargs[1:]))
+
+
+@nox.session(name="scoreboard-merge", python=PYTHON)
+def scoreboard_merge(session: nox.Session) -> None:
+    """Merge the shards found under reports/scoreboard/ (every built-in adapter's, in the registry's order)."""
+    _merge(session, builtin_adapters())
