@@ -134,7 +134,9 @@ def test_report_files(faulty_run: Run) -> None:
 
 def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path) -> None:
     """Ctrl-C in the middle of a run: exit 2, and a complete report of the verdicts reached so far."""
-    run = run_suite(tmp_path, "--adapter=tests.faulty:InterruptsRun", "test_rmsnorm.py", "test_rope.py")
+    run = run_suite(
+        tmp_path, "--adapter=tests.faulty:InterruptsRun", "test_rmsnorm.py", "test_rope.py"
+    )
     assert run.returncode == 2, run.stdout[-1500:]
     r = run.report
     assert r["verdict"] == "incomplete"

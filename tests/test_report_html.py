@@ -95,7 +95,9 @@ def _scripts(run: Run) -> dict[str, str]:
 def _run_script(script: str, tmp_path: Path) -> str:
     path = tmp_path / "repro.py"
     path.write_text(script)
-    proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

@@ -529,8 +529,6 @@ EXECUTED = frozenset({"passed", "failed", "error", "known_failure", "unexpectedl
 
 def _executed(result: dict[str, Any], adapter: str) -> bool:
     return result["adapter"] == adapter and result["status"] in EXECUTED
-
-
 UNMATCHED_KEY = pytest.StashKey[list[expectations.Entry]]()
 
 

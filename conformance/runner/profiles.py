@@ -35,12 +35,7 @@ PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrin
 MAX_SHRINKS = 20
 
 settings.register_profile(
-    "ci",
-    derandomize=True,
-    database=None,
-    max_examples=40,
-    phases=PHASES,
-    **COMMON,  # type: ignore[arg-type]
+    "ci", derandomize=True, database=None, max_examples=40, phases=PHASES, **COMMON  # type: ignore[arg-type]
 )
 settings.register_profile(
     "ci-noshrink",
@@ -51,11 +46,7 @@ settings.register_profile(
     **COMMON,  # type: ignore[arg-type]
 )
 settings.register_profile(
-    "ci-random",
-    database=None,
-    max_examples=40,
-    phases=PHASES,
-    **COMMON,  # type: ignore[arg-type]
+    "ci-random", database=None, max_examples=40, phases=PHASES, **COMMON  # type: ignore[arg-type]
 )
 settings.register_profile("dev", max_examples=15, phases=PHASES, **COMMON)  # type: ignore[arg-type]
 settings.register_profile("thorough", max_examples=400, phases=PHASES, **COMMON)  # type: ignore[arg-type]
