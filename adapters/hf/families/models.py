@@ -1,7 +1,8 @@
 """One adapter per HF model family, each running its own modeling file's classes (``base.py``).
 
-Declared from the source and measured on transformers 5.24 / torch 2.13 (CPU); what a family cannot express
-in the contract is not declared, and docs/adapters.md says why:
+Supported: transformers 5.x (the ``rope_parameters`` configurations; measured on 5.24 with torch 2.13, CPU).
+A release without one of these model files fails to load with the import error, in one line. Declared from the
+source; what a family cannot express in the contract is not declared, and docs/adapters.md says why:
 
 * ``hf-gpt-neox`` — ``nn.LayerNorm`` (layer_norm); ``GPTNeoXRotaryEmbedding`` with ``partial_rotary_factor``
   and GPT-NeoX's ``apply_rotary_pos_emb``, which rotates x[..., :rotary_dim] itself (half split, in x's dtype);
