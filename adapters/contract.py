@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from transformer_conformance.reference.blocks import BLOCK_INPUTS
+from transformer_conformance.reference.blocks import BLOCK_INPUTS, PLACEMENTS
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
@@ -259,6 +259,7 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
     "rope_scaled": {"scaling.type": SCALING_TYPES},
     "mlp": {"activation": MLP_ACTIVATIONS},
     "glu_mlp": {"activation": GLU_ACTIVATIONS},
+    "block": {"placement": PLACEMENTS},
 }
 
 

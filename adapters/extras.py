@@ -15,7 +15,15 @@ EXTRAS: dict[str, str] = {
     "hf-llama": "hf",
     "hf-gemma": "hf",
     "hf-t5": "hf",
+    "hf-gpt-neox": "hf",
+    "hf-cohere": "hf",
+    "hf-phi3": "hf",
+    "hf-gemma2": "hf",
+    "hf-olmo2": "hf",
+    "hf-qwen3": "hf",
+    "hf-mistral": "hf",
     "hf": "hf",  # the group hf-llama, hf-gemma, hf-t5 (adapters/registry.py GROUPS)
+    "hf-families": "hf",  # the group of adapters/hf/families
     "liger": "liger",
     "liger-gemma": "liger",
     "liger-none": "liger",

@@ -21,6 +21,13 @@ BUILTIN: dict[str, str] = {
     "hf-llama": "transformer_conformance.adapters.hf.adapter:HFLlamaAdapter",
     "hf-gemma": "transformer_conformance.adapters.hf.adapter:HFGemmaAdapter",
     "hf-t5": "transformer_conformance.adapters.hf.adapter:HFT5Adapter",
+    "hf-gpt-neox": "transformer_conformance.adapters.hf.families.models:HFGPTNeoXAdapter",
+    "hf-cohere": "transformer_conformance.adapters.hf.families.models:HFCohereAdapter",
+    "hf-phi3": "transformer_conformance.adapters.hf.families.models:HFPhi3Adapter",
+    "hf-gemma2": "transformer_conformance.adapters.hf.families.models:HFGemma2Adapter",
+    "hf-olmo2": "transformer_conformance.adapters.hf.families.models:HFOlmo2Adapter",
+    "hf-qwen3": "transformer_conformance.adapters.hf.families.models:HFQwen3Adapter",
+    "hf-mistral": "transformer_conformance.adapters.hf.families.models:HFMistralAdapter",
     "liger": "transformer_conformance.adapters.liger.adapter:LigerAdapter",
     "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
@@ -32,7 +39,11 @@ BUILTIN: dict[str, str] = {
 
 #: Names that stand for several built-in adapters: ``--adapter hf`` runs HF transformers' three RMSNorm
 #: families (each model family ships its own norm, so each is an adapter of its own).
-GROUPS: dict[str, tuple[str, ...]] = {"hf": ("hf-llama", "hf-gemma", "hf-t5")}
+GROUPS: dict[str, tuple[str, ...]] = {
+    "hf": ("hf-llama", "hf-gemma", "hf-t5"),
+    # the model families of adapters/hf/families: a group of its own, so that ``--adapter hf`` keeps its length
+    "hf-families": ("hf-gpt-neox", "hf-cohere", "hf-phi3", "hf-gemma2", "hf-olmo2", "hf-qwen3", "hf-mistral"),
+}
 
 
 def expand(specs: list[str]) -> list[str]:

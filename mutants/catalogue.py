@@ -44,6 +44,7 @@ BEHAVIOURS: dict[str, str] = {
     "swiglu": "test_swiglu.py",
     "cross_entropy": "test_losses.py",
     "z_loss": "test_losses.py",
+    "attention": "test_attention.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
@@ -629,6 +630,30 @@ def z_loss_default_alpha(a: MutantAdapter) -> None:
 @mutant("z_loss", "z_loss/gradient", "backward α·z·softmax: the factor 2 of d(z²)/dz forgotten")
 def z_loss_grad_missing_two(a: MutantAdapter) -> None:
     a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * SquareWithoutTwo.apply(torch.logsumexp(logits, dim=-1))
+
+
+@mutant(
+    "attention",
+    "attention/forward",
+    "soft-cap applied after the additive causal mask (HF ports of Gemma 2): tanh lifts a masked logit to −c, so a "
+    "future key keeps weight e^−c",
+)
+def attention_softcap_after_mask(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        rep = q.shape[1] // k.shape[1]
+        qf, kf = q.float(), k.float().repeat_interleave(rep, dim=1)
+        s = (qf @ kf.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        if causal:
+            lq, lk = s.shape[-2:]
+            blocked = torch.ones(lq, lk, dtype=torch.bool, device=s.device).triu(lk - lq + 1)
+            s = s.masked_fill(blocked, torch.finfo(torch.float32).min)
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        return (torch.softmax(s, dim=-1) @ v.float().repeat_interleave(rep, dim=1)).to(q.dtype)
+
+    a.impl["attention"] = attention
 
 
 def by_attribute() -> dict[str, Mutant]:

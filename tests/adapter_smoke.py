@@ -72,6 +72,22 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
             "v": fill(dtype, (1, 2, 5, 8), 1.0, seed + 2),
         }
         params = {"causal": True, "softcap": None, "scale": None}
+    elif op == "block":  # four query heads on two KV heads, the placement the candidate declares
+        d, hd, h = 8, 2, 12
+        shapes = {
+            "wq": (d, 4 * hd),
+            "wk": (d, 2 * hd),
+            "wv": (d, 2 * hd),
+            "wo": (4 * hd, d),
+            "w1": (d, h),
+            "w3": (d, h),
+            "w2": (h, d),
+        }
+        inputs = {k: fill(dtype, sh, sh[0] ** -0.5, seed + i) for i, (k, sh) in enumerate(shapes.items(), 1)}
+        for i, k in enumerate(("attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm")):
+            inputs[k] = fill(dtype, (d,), 0.2, seed + 10 + i, offset=1.0)
+        inputs |= {"x": fill(dtype, (1, 3, d), 1.0, seed), "positions": np.arange(5, 8, dtype=np.int64)}
+        params = {"placement": choice, "n_heads": 4, "n_kv_heads": 2, "eps": 1e-6, "base": 10000.0}
     else:
         inputs = {"logits": fill(dtype, (3, 17), 2.0, seed)}
         if op in ("cross_entropy", "cross_entropy_mean"):

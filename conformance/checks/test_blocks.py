@@ -21,12 +21,13 @@ from transformer_conformance.conformance.harness.compare import (
     check_vjp,
     describe_call,
 )
-from transformer_conformance.conformance.harness.marks import check
+from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
+from transformer_conformance.reference.blocks import PLACEMENTS
 from transformer_conformance.reference.formats import Format
 
 CITE = (
@@ -50,7 +51,10 @@ LM_HEAD = (
     'seed-000 §Pre-norm vs. post-norm: "A final normalization before the output head is required, because the stream '
     'itself is never normalized"; §The residual-stream view: Final norm → LM head'
 )
-IDENTITY_PLACEMENTS = ["pre", "double", "parallel"]
+IDENTITY_PLACEMENTS = ("pre", "double", "parallel")
+#: the placements a check draws (adapters.CHOICES: an adapter may declare part of them)
+ALL = {"placement": PLACEMENTS}
+IDENTITY_ONLY = {"placement": IDENTITY_PLACEMENTS}
 
 
 def _zero_outputs(case: Case) -> Case:
@@ -67,16 +71,30 @@ def _vjp(adapter: Adapter, op: str, inputs: dict, params: dict, g: np.ndarray, d
     return got, call
 
 
-@check("blocks/forward", "blocks", "agrees with the oracle in every placement", CITE, op="block")
+@check("blocks/forward", "blocks", "agrees with the oracle in every placement", CITE, op="block", choices=ALL)
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "block", data.draw(sb.block_case(dtype), label="case"), dtype, record)
+    check_forward(
+        adapter,
+        "block",
+        data.draw(sb.block_case(dtype, placements=declared(adapter, "block", "placement")), label="case"),
+        dtype,
+        record,
+    )
 
 
-@check("blocks/gradient", "blocks", "VJP (stream and every weight) agrees with the oracle", CITE, op="block", grad=True)
+@check(
+    "blocks/gradient",
+    "blocks",
+    "VJP (stream and every weight) agrees with the oracle",
+    CITE,
+    op="block",
+    grad=True,
+    choices=ALL,
+)
 @given(data=st.data())
 def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.block_case(dtype), label="case")
+    case = data.draw(sb.block_case(dtype, placements=declared(adapter, "block", "placement")), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "block", case, cot, dtype, record)
 
@@ -88,11 +106,14 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "bit for bit",
     IDENTITY,
     op="block",
+    choices=IDENTITY_ONLY,
     grad=True,
 )
 @given(data=st.data())
 def test_identity_path(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    placement = data.draw(st.sampled_from(IDENTITY_PLACEMENTS), label="placement")
+    placement = data.draw(
+        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+    )
     case = _zero_outputs(data.draw(sb.block_case(dtype, placement=placement), label="case"))
     x = case.inputs["x"]
     y, _, call = run(adapter, "block", case.inputs, case.params, dtype, x.shape)
@@ -119,10 +140,11 @@ def test_identity_path(adapter: Adapter, dtype: Format, record: Record, data: st
     "the zero stream maps to exactly zero in every placement: no projection or norm adds a bias",
     NO_BIAS,
     op="block",
+    choices=ALL,
 )
 @given(data=st.data())
 def test_no_bias(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.block_case(dtype), label="case")
+    case = data.draw(sb.block_case(dtype, placements=declared(adapter, "block", "placement")), label="case")
     inputs = dict(case.inputs, x=np.zeros_like(case.inputs["x"]))
     y, _, call = run(adapter, "block", inputs, case.params, dtype, inputs["x"].shape)
     record.examples += 1
@@ -141,11 +163,14 @@ def test_no_bias(adapter: Adapter, dtype: Format, record: Record, data: st.DataO
     "residual path carries that component unchanged",
     RADIAL,
     op="block",
+    choices=IDENTITY_ONLY,
     grad=True,
 )
 @given(data=st.data())
 def test_radial_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    placement = data.draw(st.sampled_from(IDENTITY_PLACEMENTS), label="placement")
+    placement = data.draw(
+        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+    )
     case = data.draw(sb.block_case(dtype, placement=placement), label="case")
     # a serial block's second sub-block reads h, not x: zero its output (for double-norm through the post-norm's
     # weight, since RMSNorm of an exactly zero output is undefined at ε = 0)
@@ -206,12 +231,15 @@ def _another_layer(case: Case, dtype: Format, seed: int) -> Case:
     "through unchanged, bit for bit",
     DEPTH,
     op="block",
+    choices=IDENTITY_ONLY,
     grad=True,
 )
 @settings(max_examples=_DEPTH_EXAMPLES)
 @given(data=st.data())
 def test_depth_identity_path(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    placement = data.draw(st.sampled_from(IDENTITY_PLACEMENTS), label="placement")
+    placement = data.draw(
+        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+    )
     depth = data.draw(st.sampled_from([2, 8, 32]), label="layers")
     first = _zero_outputs(data.draw(sb.block_case(dtype, placement=placement), label="layer 0"))
     seed = data.draw(cst.seeds, label="weights seed")

@@ -101,10 +101,17 @@ def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str
 
 
 @st.composite
-def block_case(draw: st.DrawFn, dtype: Format, placement: str | None = None, zero_outputs: bool = False) -> Case:
+def block_case(
+    draw: st.DrawFn,
+    dtype: Format,
+    placement: str | None = None,
+    zero_outputs: bool = False,
+    placements: tuple[str, ...] = PLACEMENTS,
+) -> Case:
     """A tiny block: d ≤ 8, one or two KV heads with one to three query heads each, T ≤ 4, weights at
-    N(0, 1/fan_in), norm weights near 1; the stream at |x| from 2^-4 to 2^6."""
-    pl = draw(st.sampled_from(PLACEMENTS), label="placement") if placement is None else placement
+    N(0, 1/fan_in), norm weights near 1; the stream at |x| from 2^-4 to 2^6. ``placement`` fixed, or drawn from
+    ``placements``."""
+    pl = draw(st.sampled_from(placements), label="placement") if placement is None else placement
     h_kv = draw(st.integers(1, 2), label="H_kv")
     groups = draw(st.integers(1, 3), label="query heads per KV head")
     hd = 2 * draw(st.integers(1, 2), label="D/2")
