@@ -30,4 +30,5 @@ EXTRAS: dict[str, str] = {
     "onnxruntime": "onnxruntime",
     "onnxruntime-contrib": "onnxruntime",
     "onnxruntime-export": "onnxruntime-export",
+    "mlx": "mlx",
 }

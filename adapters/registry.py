@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
     "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
     "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
+    "mlx": "transformer_conformance.adapters.mlx.adapter:MlxAdapter",
 }
 
 

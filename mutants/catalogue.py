@@ -446,6 +446,19 @@ def rope_positions_ignored(a: MutantAdapter) -> None:
     )
 
 
+@mutant(
+    "rope",
+    "rope/forward",
+    "positions handed over as a start offset, as ports onto MLX's mx.fast.rope(x, offset=...) do: rotates at "
+    "positions[0] + 0, 1, …, T−1, the caller's stride lost",
+)
+def rope_positions_as_offset(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions[:1] + torch.arange(x.shape[-2], device=x.device), base, rotary_dim, layout
+    )
+
+
 @mutant("rope", "rope/forward", "declares float64 angles while computing them in float32")
 def rope_declares_float64_angles(a: MutantAdapter) -> None:
     a.declare(rope_angle_dtype="float64")

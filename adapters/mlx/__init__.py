@@ -1,0 +1,1 @@
+"""MLX: ``mlx.core.fast`` kernels and ``mlx.nn`` on the CPU backend."""
