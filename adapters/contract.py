@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from transformer_conformance.reference.blocks import BLOCK_INPUTS, PLACEMENTS
+from transformer_conformance.reference.linear_losses import REDUCTIONS
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
@@ -163,6 +164,21 @@ OPS: dict[str, OpSpec] = {
         params=("eps",),
         summary="x (..., d), norm_weight (d), w_head (d, V): rms_norm(x, norm_weight, eps) @ w_head, shape (..., V).",
     ),
+    "linear_cross_entropy": OpSpec(
+        ("x", "weight", "bias"),
+        int_inputs=("targets",),
+        params=("ignore_index", "reduction"),
+        summary="x (N, H), weight (V, H), bias (V,), targets (N,); ignore_index int (-100); reduction 'mean' or "
+        "'none': the cross-entropy of the logits x·Wᵀ + b (the LM head fused with its loss), per token (N,) with 0 "
+        "on ignored tokens, or their mean over tokens whose target is not ignore_index, a 0-d array.",
+    ),
+    "z_loss_mean": OpSpec(
+        ("logits",),
+        int_inputs=("targets",),
+        params=("alpha", "ignore_index"),
+        summary="logits (N, V), targets (N,); alpha float, ignore_index int (-100): the mean over tokens whose target "
+        "is not ignore_index of alpha * logsumexp(logits)**2, a 0-d array (the z-loss term as trainers add it).",
+    ),
     "swiglu_hidden_dim": OpSpec(
         (),
         params=("d", "multiple_of", "ffn_dim_multiplier"),
@@ -232,6 +248,9 @@ class Conventions:
     #: of L_q sees keys ≤ i + L_k − L_q, as decoding with a KV cache needs) or "top_left" (keys ≤ i, as
     #: is_causal in torch's and JAX's fused attention).
     causal_alignment: CausalAlignment = "bottom_right"
+    #: Means over valid tokens ("linear_cross_entropy", "z_loss_mean") that are 0 when every token is ignored,
+    #: with zero gradients (Liger-Kernel's kernels); any other is NaN there, 0/0 (torch's F.cross_entropy).
+    zero_when_all_ignored: frozenset[str] = frozenset()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary for reports."""
@@ -250,6 +269,7 @@ class Conventions:
             "grad_in_forward": sorted(self.grad_in_forward),
             "exp_via_exp2": sorted(self.exp_via_exp2),
             "causal_alignment": self.causal_alignment,
+            "zero_when_all_ignored": sorted(self.zero_when_all_ignored),
         }
 
 
@@ -260,6 +280,7 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
     "mlp": {"activation": MLP_ACTIVATIONS},
     "glu_mlp": {"activation": GLU_ACTIVATIONS},
     "block": {"placement": PLACEMENTS},
+    "linear_cross_entropy": {"reduction": REDUCTIONS},
 }
 
 

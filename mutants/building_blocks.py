@@ -190,3 +190,54 @@ class RmsNormGradIntoCotangent(torch.autograd.Function):
             dx, dw = torch.autograd.grad(y, (xf, wf), g.float())
         g.copy_(dx)  # ∂L/∂x written over ∂L/∂y: no new buffer
         return g, dw.to(w.dtype), None
+
+
+class LinearCrossEntropyFused(torch.autograd.Function):
+    """Cross-entropy of x·Wᵀ + b in float32 with the gradients computed in the forward, as fused-linear-cross-
+    entropy kernels do, for a unit cotangent (1/#valid per valid token for the mean), and scaled by the upstream
+    gradient in the backward. ``defect``: "first_row" scales ∂W and ∂b by the first element of a per-token
+    upstream gradient instead of each token's own (folding g in after the projection); "unmasked_weight" leaves
+    ignored tokens' rows of softmax − onehot in the ∂W and ∂b projections (∂x masked)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        b: torch.Tensor,
+        targets: torch.Tensor,
+        ignore_index: int,
+        reduction: str,
+        defect: str,
+    ) -> Any:
+        valid = targets != ignore_index
+        safe = torch.where(valid, targets, 0)
+        xf, wf = x.float(), w.float()
+        u = xf @ wf.T + b.float()
+        lse = torch.logsumexp(u, dim=-1)
+        per = torch.where(valid, lse - u.gather(-1, safe[:, None])[:, 0], 0.0)
+        d = torch.softmax(u, dim=-1)
+        d[torch.arange(len(safe)), safe] -= 1.0
+        d_w = d.clone() if defect == "unmasked_weight" else None
+        d = d * valid[:, None]
+        n = valid.sum()
+        if reduction == "mean":
+            d = d / n.clamp(min=1)
+            d_w = d_w / n.clamp(min=1) if d_w is not None else None
+        ctx.save_for_backward(xf, wf, d, d if d_w is None else d_w)
+        ctx.reduction, ctx.defect, ctx.dtypes = reduction, defect, (x.dtype, w.dtype, b.dtype)
+        out = per if reduction == "none" else per.sum() / n
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        xf, wf, d, d_w = ctx.saved_tensors
+        gf = g.float()
+        if ctx.reduction == "none":
+            d = d * gf[:, None]
+            d_w = d_w * (gf[0] if ctx.defect == "first_row" else gf[:, None])
+        else:
+            d, d_w = d * gf, d_w * gf
+        dx, dw, db = d @ wf, d_w.T @ xf, d_w.sum(0)
+        tx, tw, tb = ctx.dtypes
+        return dx.to(tx), dw.to(tw), db.to(tb), None, None, None, None

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from mutants.building_blocks import (
     CrossEntropyFusedBackward,
+    LinearCrossEntropyFused,
     RmsNormGradIntoCotangent,
     RmsNormWeightGradLowPrecision,
     RopeForwardRotationInBackward,
@@ -45,6 +46,8 @@ BEHAVIOURS: dict[str, str] = {
     "cross_entropy": "test_losses.py",
     "z_loss": "test_losses.py",
     "attention": "test_attention.py",
+    "linear_cross_entropy": "test_linear_losses.py",
+    "z_loss_mean": "test_linear_losses.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
@@ -667,6 +670,107 @@ def attention_softcap_after_mask(a: MutantAdapter) -> None:
         return (torch.softmax(s, dim=-1) @ v.float().repeat_interleave(rep, dim=1)).to(q.dtype)
 
     a.impl["attention"] = attention
+# ---------------------------------------------------------------------------------- linear_cross_entropy
+
+
+def _fused_lce(defect: str) -> Callable[..., T]:
+    def linear_cross_entropy(
+        x: T, weight: T, bias: T, targets: T, ignore_index: int = -100, reduction: str = "mean"
+    ) -> T:
+        return LinearCrossEntropyFused.apply(x, weight, bias, targets, ignore_index, reduction, defect)
+
+    return linear_cross_entropy
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/gradient",
+    "fused kernel scales ∂W and ∂b by the first token's upstream gradient, not each token's own (Liger 0.8.1)",
+)
+def lce_weight_grad_first_row(a: MutantAdapter) -> None:
+    a.impl["linear_cross_entropy"] = _fused_lce("first_row")
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/ignored-tokens",
+    "fused kernel masks ignored tokens in ∂x but not in ∂W and ∂b",
+)
+def lce_weight_grad_unmasked(a: MutantAdapter) -> None:
+    a.impl["linear_cross_entropy"] = _fused_lce("unmasked_weight")
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/equals-unfused",
+    "fused logsumexp without the max shift: log Σ exp(u) overflows where the unfused loss does not",
+)
+def lce_no_max_shift(a: MutantAdapter) -> None:
+    def linear_cross_entropy(
+        x: T, weight: T, bias: T, targets: T, ignore_index: int = -100, reduction: str = "mean"
+    ) -> T:
+        u = F.linear(x, weight, bias).float()
+        valid = targets != ignore_index
+        picked = u.gather(-1, torch.where(valid, targets, 0)[:, None])[:, 0]
+        per = torch.where(valid, torch.log(torch.exp(u).sum(-1)) - picked, 0.0)
+        return (per if reduction == "none" else per.sum() / valid.sum()).to(x.dtype)
+
+    a.impl["linear_cross_entropy"] = linear_cross_entropy
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/all-ignored",
+    "mean over max(#valid, 1) tokens: 0 with every token ignored, where NaN is declared",
+)
+def lce_all_ignored_zero_undeclared(a: MutantAdapter) -> None:
+    def linear_cross_entropy(
+        x: T, weight: T, bias: T, targets: T, ignore_index: int = -100, reduction: str = "mean"
+    ) -> T:
+        per = F.cross_entropy(F.linear(x, weight, bias), targets, ignore_index=ignore_index, reduction="none")
+        return per if reduction == "none" else per.sum() / (targets != ignore_index).sum().clamp(min=1)
+
+    a.impl["linear_cross_entropy"] = linear_cross_entropy
+
+
+# ------------------------------------------------------------------------------------------- z_loss_mean
+
+
+@mutant("z_loss_mean", "z_loss_mean/forward", "z-loss averaged over all tokens, ignored ones included")
+def z_loss_mean_over_all_tokens(a: MutantAdapter) -> None:
+    def z_loss_mean(logits: T, targets: T, alpha: float = 1e-4, ignore_index: int = -100) -> T:
+        valid = targets != ignore_index
+        return torch.where(valid, alpha * torch.logsumexp(logits, dim=-1) ** 2, 0.0).mean()
+
+    a.impl["z_loss_mean"] = z_loss_mean
+
+
+@mutant("z_loss_mean", "z_loss_mean/valid-subset", "ignored tokens' z-loss summed (not masked), divided by #valid")
+def z_loss_mean_unmasked(a: MutantAdapter) -> None:
+    def z_loss_mean(logits: T, targets: T, alpha: float = 1e-4, ignore_index: int = -100) -> T:
+        return (alpha * torch.logsumexp(logits, dim=-1) ** 2).sum() / (targets != ignore_index).sum()
+
+    a.impl["z_loss_mean"] = z_loss_mean
+
+
+@mutant("z_loss_mean", "z_loss_mean/gradient", "backward α·z·softmax/#valid: the factor 2 of d(z²)/dz forgotten")
+def z_loss_mean_grad_missing_two(a: MutantAdapter) -> None:
+    def z_loss_mean(logits: T, targets: T, alpha: float = 1e-4, ignore_index: int = -100) -> T:
+        valid = targets != ignore_index
+        per = alpha * SquareWithoutTwo.apply(torch.logsumexp(logits, dim=-1))
+        return torch.where(valid, per, 0.0).sum() / valid.sum()
+
+    a.impl["z_loss_mean"] = z_loss_mean
+
+
+@mutant("z_loss_mean", "z_loss_mean/all-ignored", "mean over max(#valid, 1): 0 with every token ignored, NaN declared")
+def z_loss_mean_all_ignored_zero(a: MutantAdapter) -> None:
+    def z_loss_mean(logits: T, targets: T, alpha: float = 1e-4, ignore_index: int = -100) -> T:
+        valid = targets != ignore_index
+        per = torch.where(valid, alpha * torch.logsumexp(logits, dim=-1) ** 2, 0.0)
+        return per.sum() / valid.sum().clamp(min=1)
+
+    a.impl["z_loss_mean"] = z_loss_mean
 
 
 def by_attribute() -> dict[str, Mutant]:

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 import transformer_conformance.reference as ref
 from transformer_conformance.reference import attention as att
 from transformer_conformance.reference import blocks as blk
+from transformer_conformance.reference import linear_losses as lin
 from transformer_conformance.reference import mlp
 from transformer_conformance.reference.blocks import BLOCK_INPUTS
 from transformer_conformance.reference.formats import Format
@@ -33,6 +34,8 @@ class Declared(Protocol):
     def causal_alignment(self) -> Literal["bottom_right", "top_left"]: ...
     @property
     def eps_defaults(self) -> Mapping[str, float | str]: ...
+    @property
+    def zero_when_all_ignored(self) -> frozenset[str]: ...
 
 
 #: The differentiable inputs of each operation, in the order of its gradients (the adapter contract's
@@ -57,6 +60,8 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "glu_mlp": ("x", "w1", "w3", "w2"),
     "block": BLOCK_INPUTS,
     "lm_head": ("x", "norm_weight", "w_head"),
+    "linear_cross_entropy": ("x", "weight", "bias"),
+    "z_loss_mean": ("logits",),
 }
 
 Fwd = Callable[[Mapping[str, np.ndarray], Mapping[str, Any], Declared], F64]
@@ -69,6 +74,15 @@ def resolve_eps(op: str, eps: float | None, dtype: Format, conv: Declared) -> fl
         return float(eps)
     default = conv.eps_defaults[op]
     return 2.0 * dtype.unit_roundoff if default == "finfo" else float(default)
+
+
+def all_ignored(op: str, conv: Declared) -> lin.AllIgnored:
+    """What a candidate's mean over valid tokens is when every token is ignored: its declared convention."""
+    return "zero" if op in getattr(conv, "zero_when_all_ignored", frozenset()) else "nan"
+
+
+def _ignore(params: Mapping[str, Any]) -> int:
+    return int(params.get("ignore_index", ref.losses.IGNORE_INDEX))
 
 
 # positions, context extension and loss reductions: one differentiable input each
@@ -87,6 +101,18 @@ EXTRA_FORWARD: dict[str, Fwd] = {
     "softcap_z_loss": lambda x, p, c: ref.losses.softcap_z_loss(
         x["logits"], p.get("alpha", ref.losses.Z_LOSS_ALPHA), p["cap"]
     ),
+    "linear_cross_entropy": lambda x, p, c: lin.linear_cross_entropy(
+        x["x"],
+        x["weight"],
+        x["bias"],
+        x["targets"],
+        _ignore(p),
+        p.get("reduction", "mean"),
+        all_ignored("linear_cross_entropy", c),
+    ),
+    "z_loss_mean": lambda x, p, c: lin.z_loss_mean(
+        x["logits"], x["targets"], p.get("alpha", ref.losses.Z_LOSS_ALPHA), _ignore(p), all_ignored("z_loss_mean", c)
+    ),
 }
 EXTRA_VJP: dict[str, Bwd] = {
     "sinusoidal_positions": lambda x, p, c, g: ref.positions.sinusoidal_positions_vjp(x["x"], x["positions"], g),
@@ -100,6 +126,9 @@ EXTRA_VJP: dict[str, Bwd] = {
     ),
     "softcap_z_loss": lambda x, p, c, g: ref.losses.softcap_z_loss_vjp(
         x["logits"], g, p.get("alpha", ref.losses.Z_LOSS_ALPHA), p["cap"]
+    ),
+    "z_loss_mean": lambda x, p, c, g: lin.z_loss_mean_vjp(
+        x["logits"], x["targets"], g, p.get("alpha", ref.losses.Z_LOSS_ALPHA), _ignore(p)
     ),
 }
 
@@ -151,7 +180,8 @@ def _blocks_forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, A
     raise KeyError(op)
 
 
-def _blocks_vjp(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Declared, g: F64
+def _blocks_vjp(
+    op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Declared, g: F64
 ) -> tuple[F64, ...] | dict[str, F64]:
     """The gradients, in the order of ``oracle.INPUTS[op]`` (a block's by name)."""
     grads: tuple[F64, ...]
@@ -228,6 +258,10 @@ def vjp(
         grads = (ref.cross_entropy_vjp(x["logits"], x["targets"], g),)
     elif op == "z_loss":
         grads = (ref.z_loss_vjp(x["logits"], g, params.get("alpha", ref.losses.Z_LOSS_ALPHA)),)
+    elif op == "linear_cross_entropy":
+        grads = lin.linear_cross_entropy_vjp(
+            x["x"], x["weight"], x["bias"], x["targets"], g, _ignore(params), params.get("reduction", "mean")
+        )
     elif op in EXTRA_VJP:
         grads = (EXTRA_VJP[op](x, params, conv, g),)
     elif op in BLOCK_OPS:

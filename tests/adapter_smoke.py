@@ -88,6 +88,17 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
             inputs[k] = fill(dtype, (d,), 0.2, seed + 10 + i, offset=1.0)
         inputs |= {"x": fill(dtype, (1, 3, d), 1.0, seed), "positions": np.arange(5, 8, dtype=np.int64)}
         params = {"placement": choice, "n_heads": 4, "n_kv_heads": 2, "eps": 1e-6, "base": 10000.0}
+    elif op == "linear_cross_entropy":  # one of four tokens ignored
+        inputs = {
+            "x": fill(dtype, (4, 8), 1.0, seed),
+            "weight": fill(dtype, (17, 8), 8**-0.5, seed + 1),
+            "bias": fill(dtype, (17,), 0.5, seed + 2),
+            "targets": np.array([0, -100, 5, 16], dtype=np.int64),
+        }
+        params = {"ignore_index": -100, "reduction": choice}
+    elif op == "z_loss_mean":
+        inputs = {"logits": fill(dtype, (3, 17), 2.0, seed), "targets": np.array([0, -100, 16], dtype=np.int64)}
+        params = {"alpha": 1e-4, "ignore_index": -100}
     else:
         inputs = {"logits": fill(dtype, (3, 17), 2.0, seed)}
         if op in ("cross_entropy", "cross_entropy_mean"):

@@ -41,8 +41,16 @@ def test_declarations() -> None:
     conv = adapter.conventions
     assert conv.rope_layout == "half" and conv.norm_rounding == "before_weight"
     assert conv.eps_defaults == {"rms_norm": 1e-6, "layer_norm": 1e-6}
-    assert conv.in_place_ops == {"rope", "cross_entropy", "cross_entropy_mean", "rms_norm.vjp", "rope.vjp"}
-    assert conv.grad_in_forward == {"cross_entropy", "cross_entropy_mean"}
+    assert conv.in_place_ops == {
+        "rope",
+        "cross_entropy",
+        "cross_entropy_mean",
+        "z_loss_mean",
+        "rms_norm.vjp",
+        "rope.vjp",
+    }
+    assert conv.grad_in_forward == {"cross_entropy", "cross_entropy_mean", "linear_cross_entropy"}
+    assert conv.zero_when_all_ignored == {"linear_cross_entropy", "z_loss_mean"}
     caps = adapter.capabilities
     assert set(caps) == {
         "rms_norm",
@@ -55,11 +63,15 @@ def test_declarations() -> None:
         "cross_entropy_mean",
         "z_loss",
         "softcap_z_loss",
+        "linear_cross_entropy",
+        "z_loss_mean",
     }
     # Liger's products and activations: SiLU and tanh-GELU gates, squared ReLU
     assert caps["glu_mlp"].values == {"activation": {"silu", "gelu_tanh"}}
     assert caps["mlp"].values == {"activation": {"relu_squared"}}
-    assert not caps["z_loss"].grad and not caps["softcap_z_loss"].grad  # Liger's z-loss has no gradient of its own
+    # Liger's z-loss has no gradient of its own
+    assert not caps["z_loss"].grad and not caps["softcap_z_loss"].grad and not caps["z_loss_mean"].grad
+    assert caps["linear_cross_entropy"].grad and caps["linear_cross_entropy"].values == {}
     bf16 = all("bfloat16" in c.dtypes for c in caps.values())
     assert bf16 == (not liger_adapter.INTERPRETED)  # the interpreter's bfloat16 arithmetic is not trusted
     env = adapter.environment()
@@ -223,3 +235,18 @@ def test_exp_via_exp2_budget() -> None:
     plain = em.exp(em.Rounding(2.0**-24, 2.0**-24), t)
     base2 = em.exp(em.Rounding(2.0**-24, 2.0**-24, exp2=True), t)
     np.testing.assert_allclose(base2.e - plain.e, 2.0**-24 * np.abs(t.v) * np.exp(t.v), rtol=1e-5)
+
+
+def test_fused_linear_cross_entropy_all_ignored_is_zero() -> None:
+    """LigerFusedLinearCrossEntropy with every token ignored returns 0 (not NaN) and zero gradients, its
+    z-loss term 0 too: declared ``zero_when_all_ignored``."""
+    adapter, dtype = load_adapter("liger"), fmt("float32")
+    c = case("linear_cross_entropy", dtype, choice="mean")
+    c.inputs["targets"][:] = -100
+    out = call_op(adapter, "linear_cross_entropy", c.inputs, c.params, "lce")
+    assert out.shape == () and float(out) == 0.0
+    grads = call_op(adapter, "linear_cross_entropy", c.inputs, c.params, "lce", np.asarray(np.float32(1.5)))
+    assert all(not np.asarray(g).any() for g in grads.values())
+    z = case("z_loss_mean", dtype)
+    z.inputs["targets"][:] = -100
+    assert float(call_op(adapter, "z_loss_mean", z.inputs, z.params, "z")) == 0.0

@@ -14,6 +14,7 @@ import pytest
 from numpy.typing import NDArray
 
 from tests.finite_diff import EPS, H_REL, ROUND_C, assert_vjp
+from transformer_conformance.reference import linear_losses as lin
 from transformer_conformance.reference.losses import (
     cross_entropy,
     cross_entropy_vjp,
@@ -393,3 +394,70 @@ def test_logsumexp_does_not_overflow_near_1000() -> None:
     np.testing.assert_allclose(z, [1000.0 + math.log(4.0), expected_row1], rtol=1e-15)
     np.testing.assert_allclose(z_loss(logits), 1e-4 * z**2, rtol=1e-15)
     assert np.all(np.isfinite(z_loss(logits)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The fused LM-head loss and the token-reduced z-loss
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("ignore_index", [-100, 0])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_linear_cross_entropy_vjp(seed: int, ignore_index: int, reduction: lin.Reduction) -> None:
+    """∂x = D·W, ∂W = Dᵀ·x, ∂b = Σ_t D_t of the cross-entropy of x·Wᵀ + b equal central differences, each token
+    scaled by its own upstream gradient, ignored tokens contributing nothing (seed-000 The residual stream;
+    seed-002 §3.2.2)."""
+    rng = np.random.default_rng(seed)
+    n, h, v = 6, 4, 7
+    x, w, b = rng.standard_normal((n, h)), rng.standard_normal((v, h)), rng.standard_normal(v)
+    targets = rng.integers(1, v, size=n)
+    targets[[1, 4]] = ignore_index
+    g = _upstream(rng, (n,)) if reduction == "none" else np.asarray(rng.uniform(0.5, 2.0))
+    dx, dw, db = lin.linear_cross_entropy_vjp(x, w, b, targets, g, ignore_index, reduction)
+
+    def loss(xx: F64, ww: F64, bb: F64) -> F64:
+        return g * lin.linear_cross_entropy(xx, ww, bb, targets, ignore_index, reduction)
+
+    assert_vjp(lambda a: loss(a, w, b), x, dx, rng)
+    assert_vjp(lambda a: loss(x, a, b), w, dw, rng)
+    assert_vjp(lambda a: loss(x, w, a), b, db, rng)
+    assert not dx[[1, 4]].any()
+    valid = targets != ignore_index
+    logits = x @ w.T + b
+    per_token = cross_entropy(logits, np.where(valid, targets, 0))
+    want = np.where(valid, per_token, 0.0) if reduction == "none" else per_token[valid].mean()
+    np.testing.assert_allclose(lin.linear_cross_entropy(x, w, b, targets, ignore_index, reduction), want, rtol=1e-15)
+
+
+def test_linear_cross_entropy_all_ignored() -> None:
+    """With every token ignored the mean is NaN (0/0) or 0 as declared, the per-token losses and all
+    gradients 0."""
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal(5)
+    targets = np.full(3, -100)
+    assert np.isnan(lin.linear_cross_entropy(x, w, b, targets))
+    assert lin.linear_cross_entropy(x, w, b, targets, all_ignored="zero") == 0.0
+    assert not lin.linear_cross_entropy(x, w, b, targets, reduction="none").any()
+    for grad in lin.linear_cross_entropy_vjp(x, w, b, targets, np.asarray(1.0)):
+        assert not grad.any()
+    assert np.isnan(lin.z_loss_mean(x, targets)) and lin.z_loss_mean(x, targets, all_ignored="zero") == 0.0
+
+
+@pytest.mark.parametrize("ignore_index", [-100, 6])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_z_loss_mean_vjp(seed: int, ignore_index: int) -> None:
+    """Σ_valid α·z²/#valid and its gradient (g/#valid)·2α·z·softmax on valid rows, 0 on ignored rows
+    (seed-002 §3.2.2)."""
+    rng = np.random.default_rng(seed)
+    logits = 3.0 * rng.standard_normal((6, 7)) + 5.0
+    targets = rng.integers(0, 6, size=6)
+    targets[[0, 3]] = ignore_index
+    g = np.asarray(rng.uniform(0.5, 2.0))
+    grad = lin.z_loss_mean_vjp(logits, targets, g, 1e-2, ignore_index)
+    assert_vjp(lambda a: g * lin.z_loss_mean(a, targets, 1e-2, ignore_index), logits, grad, rng)
+    assert not grad[[0, 3]].any()
+    valid = targets != ignore_index
+    np.testing.assert_allclose(
+        lin.z_loss_mean(logits, targets, 1e-2, ignore_index), z_loss(logits[valid], 1e-2).mean(), rtol=1e-15
+    )

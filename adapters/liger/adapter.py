@@ -4,7 +4,8 @@
 The kernels are called through their autograd functions (``liger_kernel.transformers.functional``):
 ``liger_rms_norm``, ``liger_layer_norm``, ``liger_rope``, ``liger_swiglu`` (SiLU(a)·b, inside the SwiGLU
 MLP whose three projections are torch matmuls, as ``LigerSwiGLUMLP`` builds it) and
-``liger_cross_entropy`` (per-token and mean cross-entropy; z-loss, with and without soft-capping).
+``liger_cross_entropy`` (per-token and mean cross-entropy; z-loss, with and without soft-capping, per token
+and averaged over valid tokens) and ``liger_fused_linear_cross_entropy``.
 Tensor conversions, autograd plumbing and the benchmark hook come from the torch adapter.
 
 **Device.** On CUDA the kernels are compiled as usual. Without CUDA they run under Triton's interpreter,
@@ -45,6 +46,15 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
   gradient of its own — Liger adds its gradient into the cross-entropy's — so ``z_loss`` and
   ``softcap_z_loss`` are declared forward only.
 
+* Fused linear cross-entropy (``liger_fused_linear_cross_entropy``, ``reduction`` mean and none) stores the
+  logits in the input dtype chunk by chunk (``unfused`` linear_cross_entropy), computes the gradient for a unit
+  cotangent in the forward and ∂x, ∂W, ∂b from it (``grad_in_forward``), accumulating ∂W and ∂b over the
+  chunks in the weight's dtype (``low_precision_sums`` linear_cross_entropy.vjp); per token it folds each
+  token's cotangent in before the projection. With every token ignored its mean is 0, as is the z-loss term
+  (``zero_when_all_ignored``). ``z_loss_mean`` is ``liger_cross_entropy``'s z-loss with ``reduction="mean"``
+  (per-token values stored in the input dtype: ``unfused``), forward only; it zeroes ignored rows of the
+  logits (``in_place_ops``).
+
 * GLU and plain MLPs: Liger has kernels for the SiLU and tanh-GELU products (``liger_swiglu``,
   ``liger_geglu``) and for squared ReLU (``liger_relu_squared``), so ``glu_mlp`` is declared with
   ``activation`` silu and gelu_tanh and ``mlp`` with relu_squared only (the checks draw no other
@@ -78,6 +88,7 @@ import liger_kernel.ops.swiglu  # noqa: E402
 import triton  # noqa: E402
 from liger_kernel.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
+    liger_fused_linear_cross_entropy,
     liger_geglu,
     liger_layer_norm,
     liger_relu_squared,
@@ -99,7 +110,7 @@ BRIDGED = compat.apply(
 )
 
 #: the operations of Liger's cross-entropy kernel
-_LOSSES = ("cross_entropy", "cross_entropy_mean", "z_loss", "softcap_z_loss")
+_LOSSES = ("cross_entropy", "cross_entropy_mean", "z_loss", "softcap_z_loss", "linear_cross_entropy", "z_loss_mean")
 
 #: eps of LigerRMSNorm and LigerLayerNorm (the functions have no default)
 DEFAULT_EPS = 1e-6
@@ -170,6 +181,27 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def softcap_z_loss(logits: torch.Tensor, alpha: float = 1e-4, cap: float = 30.0) -> torch.Tensor:
         return _z(logits, alpha, cap)
 
+    def linear_cross_entropy(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        targets: torch.Tensor,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        loss = liger_fused_linear_cross_entropy(
+            x, weight, targets, bias=bias, ignore_index=ignore_index, reduction=reduction
+        )
+        return loss.to(x.dtype)  # the kernel's losses are float32
+
+    def z_loss_mean(
+        logits: torch.Tensor, targets: torch.Tensor, alpha: float = 1e-4, ignore_index: int = -100
+    ) -> torch.Tensor:
+        out = liger_cross_entropy(
+            logits, targets, ignore_index=ignore_index, reduction="mean", lse_square_scale=alpha, return_z_loss=True
+        )
+        return out.z_loss
+
     fns = (
         rms_norm,
         layer_norm,
@@ -182,6 +214,8 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         cross_entropy_mean,
         z_loss,
         softcap_z_loss,
+        linear_cross_entropy,
+        z_loss_mean,
     )
     return {f.__name__: f for f in fns}
 
@@ -236,18 +270,33 @@ class LigerAdapter(TorchAdapter):
             rope_angle_dtype="float32",
             compute_dtype="float32",
             norm_rounding="before_weight",
-            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "glu_mlp", "mlp", "cross_entropy_mean"}),
+            unfused=frozenset(
+                {
+                    "rms_norm.vjp",
+                    "swiglu_mlp",
+                    "glu_mlp",
+                    "mlp",
+                    "cross_entropy_mean",
+                    "linear_cross_entropy",
+                    "z_loss_mean",
+                }
+            ),
+            low_precision_sums=frozenset({"linear_cross_entropy.vjp"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
-            in_place_ops=frozenset({"rope", "cross_entropy", "cross_entropy_mean"} | _GRAD_INTO_COTANGENT),
-            grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean"}),
+            in_place_ops=frozenset(
+                {"rope", "cross_entropy", "cross_entropy_mean", "z_loss_mean"} | _GRAD_INTO_COTANGENT
+            ),
+            grad_in_forward=frozenset({"cross_entropy", "cross_entropy_mean", "linear_cross_entropy"}),
             exp_via_exp2=frozenset(_LOSSES),
+            zero_when_all_ignored=frozenset({"linear_cross_entropy", "z_loss_mean"}),
         )
 
     def declared_capabilities(self) -> dict[str, Capability]:
         dtypes = self.dtypes()
         caps = {op: Capability(dtypes=dtypes) for op in ("rms_norm", "layer_norm", "rope", "swiglu_mlp")}
         caps |= {op: Capability(dtypes=dtypes) for op in ("cross_entropy", "cross_entropy_mean")}
-        caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss")}
+        caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss", "z_loss_mean")}
+        caps["linear_cross_entropy"] = Capability(dtypes=dtypes)
         caps["glu_mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(GLU_PRODUCTS)})
         caps["mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(ACTIVATIONS)})
         return caps

@@ -62,6 +62,23 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         capped = cap * torch.tanh(logits.float() / cap)
         return (alpha * torch.logsumexp(capped, dim=-1) ** 2).to(logits.dtype)
 
+    def linear_cross_entropy(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        targets: torch.Tensor,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        return F.cross_entropy(F.linear(x, weight, bias), targets, ignore_index=ignore_index, reduction=reduction)
+
+    def z_loss_mean(
+        logits: torch.Tensor, targets: torch.Tensor, alpha: float = 1e-4, ignore_index: int = -100
+    ) -> torch.Tensor:
+        valid = targets != ignore_index
+        per_token = alpha * torch.logsumexp(logits, dim=-1) ** 2
+        return torch.where(valid, per_token, 0.0).sum() / valid.sum()
+
     fns = (
         rms_norm,
         layer_norm,
@@ -72,6 +89,8 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         rope_scaled,
         cross_entropy_mean,
         softcap_z_loss,
+        linear_cross_entropy,
+        z_loss_mean,
         swiglu_product,
     )
     table = {f.__name__: f for f in fns} | position_ops()
@@ -105,7 +124,19 @@ class TorchAdapter:
             # intermediates and saved output, and logsumexp's.
             # The CPU layer_norm backward kernel rounds an intermediate and the weight and bias gradients'
             # partial sums to bfloat16/float16 (measured: ∂L/∂β of three rows off by one ulp).
-            unfused=frozenset({"swiglu_mlp", "cross_entropy", "cross_entropy_mean", "z_loss", "layer_norm.vjp"}),
+            # The same for F.linear's logits ahead of F.cross_entropy (linear_cross_entropy), and the z-loss
+            # term's per-token values and sum (z_loss_mean).
+            unfused=frozenset(
+                {
+                    "swiglu_mlp",
+                    "cross_entropy",
+                    "cross_entropy_mean",
+                    "z_loss",
+                    "layer_norm.vjp",
+                    "linear_cross_entropy",
+                    "z_loss_mean",
+                }
+            ),
             # The embedding backward (learned positions) adds a repeated position's gradient rows in the
             # input dtype, one after another (measured: five bfloat16 rows sum to 0.203125, not 0.2046).
             low_precision_sums=frozenset({"layer_norm.vjp", "learned_positions.vjp"}),

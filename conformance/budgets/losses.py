@@ -79,24 +79,31 @@ def cross_entropy_vjp(
     return {"logits": em.mul(r, q, em.exact(np.asarray(g64)[..., None]), unit=r.u_work)}
 
 
-def z_loss(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
-    r = rounding("z_loss", dtype, conv)
-    z = _lse(r, inputs["logits"])
+def z_loss_t(r: Rounding, logits: F64, params: Mapping[str, Any]) -> Tracked:
+    """α·z² per token, (N,)."""
+    z = _lse(r, logits)
     alpha = em.const(r, params.get("alpha", ref.losses.Z_LOSS_ALPHA))
     return _squeeze(em.mul(r, alpha, em.mul(r, z, z), unit=r.u_work))
 
 
-def z_loss_vjp(
-    inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
-) -> dict[str, Tracked]:
-    r = rounding("z_loss", dtype, conv, grad=True)
-    logits = inputs["logits"]
+def z_loss(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
+    return z_loss_t(rounding("z_loss", dtype, conv), inputs["logits"], params)
+
+
+def z_loss_vjp_t(r: Rounding, logits: F64, params: Mapping[str, Any], g64: F64) -> Tracked:
+    """g·2α·z·softmax(u) for the per-token cotangent g."""
     z = _lse(r, logits)
     alpha = em.const(r, params.get("alpha", ref.losses.Z_LOSS_ALPHA))
     two_z = em.Tracked(2.0 * z.v, 2.0 * z.e, 2.0 * z.m)  # doubling is exact
     coef = em.mul(r, em.mul(r, em.exact(np.asarray(g64)[..., None]), alpha), two_z)  # (g·α)·2z, as autograd orders it
     p = em.exp(r, em.sub(r, em.exact(logits), z))  # u − z and its exp, each stored
-    return {"logits": em.mul(r, coef, p, unit=r.u_work)}
+    return em.mul(r, coef, p, unit=r.u_work)
+
+
+def z_loss_vjp(
+    inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
+) -> dict[str, Tracked]:
+    return {"logits": z_loss_vjp_t(rounding("z_loss", dtype, conv, grad=True), inputs["logits"], params, g64)}
 
 
 def _valid(inputs: Inputs, params: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from transformer_conformance.adapters.contract import Conventions
 from transformer_conformance.conformance.budgets import (
     attention,
     blocks,
+    linear_losses,
     losses,
     mlp,
     norms,
@@ -66,6 +67,8 @@ _FORWARD: dict[str, Any] = {
     "glu_mlp": mlp.glu_mlp,
     "block": blocks.block,
     "lm_head": blocks.lm_head,
+    "linear_cross_entropy": linear_losses.linear_cross_entropy,
+    "z_loss_mean": linear_losses.z_loss_mean,
 }
 _VJP: dict[str, Any] = {
     "rms_norm": norms.rms_norm_vjp,
@@ -87,6 +90,8 @@ _VJP: dict[str, Any] = {
     "glu_mlp": mlp.glu_mlp_vjp,
     "block": blocks.block_vjp,
     "lm_head": blocks.lm_head_vjp,
+    "linear_cross_entropy": linear_losses.linear_cross_entropy_vjp,
+    "z_loss_mean": linear_losses.z_loss_mean_vjp,
 }
 #: op -> its forward budget: (inputs, params, conventions, dtype) -> Tracked
 FORWARD: dict[str, Any] = {op: _with_result(op, fn, grad=False) for op, fn in _FORWARD.items()}

@@ -23,6 +23,7 @@ BEHAVIOURS = (
     "cross_entropy_mean",
     "layer_norm",
     "learned",
+    "linear_cross_entropy",
     "mlp",
     "rms_norm",
     "rope",
@@ -31,6 +32,7 @@ BEHAVIOURS = (
     "softcap_z_loss",
     "swiglu",
     "z_loss",
+    "z_loss_mean",
 )
 
 
