@@ -107,6 +107,19 @@ def test_declaring_autocast() -> None:
         validate(NoContext("rope", "float32"), "x")
 
 
+def test_a_reproduction_script_calls_inside_the_context() -> None:
+    from transformer_conformance.reports.repro_script import repro_script
+
+    x = {"dtype": "bfloat16", "shape": [1], "values": [1.0]}
+    call = {"method": "forward", "inputs": {"x": x}, "params": {}, "oracle": x, "candidate": x}
+    repro = {"op": "rope", "dtype": "autocast-bfloat16", "calls": [call], "adapter": {"name": "a", "spec": "m:a"}}
+    check = {"adapter": "a", "check": "rope/forward", "property": "", "message": "m", "extra": {"repro": repro}}
+    plain = repro_script(dict(check, dtype="bfloat16")) or ""
+    mode = repro_script(dict(check, dtype="autocast-bfloat16")) or ""
+    assert "'autocast': ''" in plain and "'autocast': 'bfloat16'" in mode
+    compile(mode, "repro.py", "exec")
+
+
 def test_the_report_names_the_mode(tmp_path: Path) -> None:
     """A run shows each mode as its own column and check id; the 4.38 RoPE fails there alone."""
     run = run_suite(
