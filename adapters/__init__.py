@@ -1,6 +1,8 @@
 """Adapters: candidate implementations exposed through one contract (docs/adapter-contract.md)."""
 
 from transformer_conformance.adapters.contract import (
+    AUTOCAST,
+    AUTOCAST_DTYPES,
     CHOICES,
     OPS,
     Adapter,
@@ -14,6 +16,8 @@ from transformer_conformance.adapters.contract import (
 from transformer_conformance.adapters.registry import BUILTIN, DEFAULT, AdapterLoadError, load_adapter
 
 __all__ = [
+    "AUTOCAST",
+    "AUTOCAST_DTYPES",
     "BUILTIN",
     "CHOICES",
     "DEFAULT",

@@ -11,7 +11,10 @@ Read docs/adapter-contract.md for the prose version. In short, an adapter is any
 * ``forward(op, inputs, params) -> np.ndarray`` — run one operation;
 * ``vjp(op, inputs, params, cotangent) -> dict[str, np.ndarray]`` — its vector-Jacobian product, one
   gradient per differentiable input (see ``OPS``);
-* ``environment() -> dict[str, str]`` — library versions and device, for the report.
+* ``environment() -> dict[str, str]`` — library versions and device, for the report;
+* optionally ``autocast(dtype) -> context manager`` — the framework's mixed-precision context for the
+  low-precision dtype ``dtype`` (``torch.autocast``), needed by an adapter whose capabilities declare
+  ``autocast`` (``AUTOCAST``: the operations, and in which dtype each input arrives, under that mode).
 
 Arrays cross the boundary as NumPy arrays. Floating inputs arrive in the dtype under test
 (``numpy.float32``, ``numpy.float16`` or ``ml_dtypes.bfloat16``) and outputs must come back in the
@@ -188,6 +191,25 @@ OPS: dict[str, OpSpec] = {
 
 DTYPES = ("float32", "bfloat16", "float16")
 
+#: The low-precision dtypes of the autocast mode: a case of mode ``autocast-D`` runs inside the adapter's
+#: ``autocast(D)`` context, as a model trained in mixed precision runs (docs/adapter-contract.md, "Autocast").
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+
+#: The operations the autocast mode is defined for, and the dtype their floating inputs arrive in under
+#: ``autocast(D)``, as a model under autocast hands them over: ``"low"`` (D: RoPE's q and k leave a projection,
+#: which autocast runs in D) or ``"float32"`` (the norms read the float32 residual stream with their float32
+#: weights, the sinusoidal encoding the float32 embeddings). None of these operations' own steps is on
+#: autocast's lower-precision lists, so the output keeps that dtype and the budget of that dtype applies:
+#: a step that autocast lowers (a matmul forming RoPE's angles, a dot product forming mean(x²)) is a
+#: rounding the budget does not contain.
+AUTOCAST: dict[str, Literal["low", "float32"]] = {
+    "rope": "low",
+    "rope_scaled": "low",
+    "rms_norm": "float32",
+    "layer_norm": "float32",
+    "sinusoidal_positions": "float32",
+}
+
 RopeLayout = Literal["interleaved", "half"]
 NormRounding = Literal["single", "before_weight"]
 Variance = Literal["two_pass", "one_pass"]
@@ -286,13 +308,17 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
 
 @dataclass(frozen=True)
 class Capability:
-    """Declared support for one operation: its dtypes, its gradient, and the values of its named choices
-    (``CHOICES``) it implements: ``values={"activation": frozenset({"silu", "gelu_tanh"})}``. A choice left
-    out of ``values`` is declared with every value the contract defines."""
+    """Declared support for one operation: its dtypes, its gradient, the values of its named choices
+    (``CHOICES``) it implements: ``values={"activation": frozenset({"silu", "gelu_tanh"})}`` (a choice left
+    out of ``values`` is declared with every value the contract defines), and the dtypes in which it runs
+    under the framework's mixed-precision context too: ``autocast=frozenset({"bfloat16"})``."""
 
     dtypes: frozenset[str] = frozenset(DTYPES)
     grad: bool = True
     values: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: the dtypes of ``AUTOCAST_DTYPES`` in which the operation also runs under the adapter's ``autocast(D)``
+    #: context (the checks' mode ``autocast-D``); only for an operation of ``AUTOCAST``
+    autocast: frozenset[str] = frozenset()
 
     def declared(self, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
         """Those of ``values`` (in their order) this capability declares for the choice ``key``."""
@@ -357,7 +383,24 @@ def validate(obj: object, origin: str) -> Adapter:
         if bad:
             raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")
         _validate_values(origin, op, cap)
+        _validate_autocast(obj, origin, op, cap)
     return obj
+
+
+def _validate_autocast(obj: object, origin: str, op: str, cap: Capability) -> None:
+    autocast: frozenset[str] = getattr(cap, "autocast", frozenset())  # a Capability of an older contract may lack it
+    if not autocast:
+        return
+    where = f"{origin}: capabilities[{op!r}].autocast"
+    if isinstance(autocast, str):
+        raise ContractError(f"{where} must be a set of dtypes, not a string")
+    bad = sorted(set(autocast) - set(AUTOCAST_DTYPES))
+    if bad:
+        raise ContractError(f"{where} names {', '.join(bad)}; the autocast mode has {', '.join(AUTOCAST_DTYPES)}")
+    if op not in AUTOCAST:
+        raise ContractError(f"{where}: the autocast mode is defined for {', '.join(AUTOCAST)} only")
+    if not callable(getattr(obj, "autocast", None)):
+        raise ContractError(f"{where} is declared but the adapter has no autocast(dtype) method")
 
 
 def _validate_values(origin: str, op: str, cap: Capability) -> None:

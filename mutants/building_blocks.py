@@ -40,6 +40,7 @@ def rope_variant(
     table_dtype: torch.dtype | None = None,
     sign: float = 1.0,
     rotate_last: bool = False,
+    angles_by_matmul: bool = False,
 ) -> torch.Tensor:
     """RoPE as ``adapters.torch_adapter.rope_torch`` computes it, with one knob per real-world defect:
 
@@ -49,7 +50,9 @@ def rope_variant(
     * ``angle_dtype``: precision of the inverse frequencies and the angles;
     * ``table_dtype``: the cos/sin tables rounded to this dtype before the rotation;
     * ``sign``: −1 rotates by −m·θ_i;
-    * ``rotate_last``: rotate the last rotary_dim features instead of the first.
+    * ``rotate_last``: rotate the last rotary_dim features instead of the first;
+    * ``angles_by_matmul``: the angles as the matmul ``inv_freq[:, None] @ positions[None, :]`` (transformers
+      4.38.0's LlamaRotaryEmbedding): exact outside autocast, run in bfloat16 or float16 inside it.
     """
     d = x.shape[-1]
     rd = d if rotary_dim is None else rotary_dim
@@ -57,7 +60,10 @@ def rope_variant(
     pair = torch.arange(0, rd // 2, device=x.device, dtype=torch.int64)
     inv_freq = 1.0 / (base ** ((exponent_step * pair).to(angle_dtype) / fd))
     pos = positions if pos_dtype is None else positions.to(pos_dtype)
-    angles = pos.to(angle_dtype)[:, None] * inv_freq.to(angle_dtype)[None, :]
+    if angles_by_matmul:
+        angles = (inv_freq.to(angle_dtype)[:, None] @ pos.to(angle_dtype)[None, :]).transpose(0, 1)
+    else:
+        angles = pos.to(angle_dtype)[:, None] * inv_freq.to(angle_dtype)[None, :]
     cos, sin = angles.cos().float(), (sign * angles.sin()).float()
     if table_dtype is not None:
         cos, sin = cos.to(table_dtype).float(), sin.to(table_dtype).float()

@@ -265,6 +265,21 @@ def rms_grad_into_cotangent(a: MutantAdapter) -> None:
     a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormGradIntoCotangent.apply(x, weight, _eps(eps, F32_EPS))
 
 
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
+    "mean(x²) in float32 as the dot product x·x (a matmul), which autocast runs in bfloat16 or float16: right "
+    "outside autocast (it survives every plain dtype), 2⁻⁹ off in mean(x²) inside; killed only by the autocast mode",
+)
+def rms_square_sum_matmul_autocast(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        xf = x.float()
+        ms = (xf.unsqueeze(-2) @ xf.unsqueeze(-1)).squeeze(-1) / x.shape[-1]
+        return (xf * torch.rsqrt(ms.float() + _eps(eps, F32_EPS)) * weight.float()).to(x.dtype)
+
+    a.impl["rms_norm"] = rms_norm
+
+
 # -------------------------------------------------------------------------------------------- layer_norm
 
 
@@ -433,6 +448,20 @@ def rope_tables_input_dtype(a: MutantAdapter) -> None:
     layout = a.conventions.rope_layout
     a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
         x, positions, base, rotary_dim, layout, table_dtype=x.dtype
+    )
+
+
+@mutant(
+    "rope",
+    "rope/forward",
+    "angles as the float32 matmul inv_freq @ positions (transformers 4.38.0–4.38.1), which autocast runs in "
+    "bfloat16: right outside autocast (it survives every plain dtype), cos at position 15962 −0.27 for −0.91 "
+    "inside; killed only by the autocast mode",
+)
+def rope_angles_matmul_autocast(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions, base, rotary_dim, layout, angles_by_matmul=True
     )
 
 

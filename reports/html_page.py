@@ -36,7 +36,7 @@ STATUS_WORD = {
     "unexpectedly_passed": "unexpectedly passed",
     "expected_skip": "skipped (expected)",
 }
-DTYPE_ORDER = ("float32", "bfloat16", "float16")
+DTYPE_ORDER = ("float32", "bfloat16", "float16", "autocast-bfloat16", "autocast-float16")  # autocast: a mode
 
 CSS = """
 :root { --pass:#1a7f37; --pass-bg:#dafbe1; --fail:#b91c1c; --fail-bg:#ffe0e0; --err:#9a3412; --err-bg:#ffedd5;

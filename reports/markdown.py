@@ -8,7 +8,7 @@ from typing import Any
 
 from transformer_conformance.reports.html_page import fmt_share, kind, not_declared, severity, share
 
-DTYPE_ORDER = ("float32", "bfloat16", "float16")
+DTYPE_ORDER = ("float32", "bfloat16", "float16", "autocast-bfloat16", "autocast-float16")  # autocast: a mode
 MARK = {
     "passed": "pass",
     "failed": "**FAIL**",

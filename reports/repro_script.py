@@ -75,7 +75,12 @@ def main():
         shapes = ", ".join(f"{{k}}: {{v.dtype}}{{list(v.shape)}}" for k, v in inputs.items())
         print(f"call {{n}}: {{info['name']}}.{{CASE['op']}}.{{c['method']}}({{shapes}}, params={{c['params']!r}})")
         try:
-            got = fn(CASE["op"], inputs, c["params"], *args)
+            if CASE["autocast"]:  # the check ran inside the framework's mixed-precision context
+                print(f"  inside {{info['name']}}.autocast({{CASE['autocast']!r}})")
+                with adapter.autocast(CASE["autocast"]):
+                    got = fn(CASE["op"], inputs, c["params"], *args)
+            else:
+                got = fn(CASE["op"], inputs, c["params"], *args)
         except Exception as exc:
             print(f"  raised {{type(exc).__name__}}: {{exc}}")
             outputs.append(None)
@@ -105,6 +110,10 @@ def _first_line(text: Any) -> str:
     return str(text).splitlines()[0] if text else ""
 
 
+def _autocast(check: dict[str, Any]) -> bool:
+    return str(check.get("dtype") or "").startswith("autocast-")
+
+
 def repro_script(check: dict[str, Any], worst: bool = False) -> str | None:
     """The script for a failed check's stored call (``worst``: of the example furthest over its budget), or None
     if the check stored none (or it was too large)."""
@@ -122,6 +131,8 @@ def repro_script(check: dict[str, Any], worst: bool = False) -> str | None:
         "adapter": payload["adapter"],
         "calls": payload["calls"],
         "relation": payload.get("relation", ""),
+        # a check of the mode autocast-D (its dtype column) calls the candidate inside its autocast(D) context
+        "autocast": str(check.get("dtype") or "").removeprefix("autocast-") if _autocast(check) else "",
     }
     # a Python literal of str, float, int, bool, None, lists and dicts: repr quotes every string safely
     return _TEMPLATE.format(case=pprint.pformat(case, width=110, sort_dicts=False))

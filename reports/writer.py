@@ -152,6 +152,9 @@ def _capability(c: Any) -> dict[str, Any]:
     values = getattr(c, "values", None)  # an adapter written against an older contract may not have them
     if values:
         out["values"] = {k: sorted(v) for k, v in values.items()}
+    autocast = getattr(c, "autocast", None)
+    if autocast:
+        out["autocast"] = sorted(autocast)
     return out
 
 

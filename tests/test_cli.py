@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance_run import Run, run_suite
+from transformer_conformance.adapters.contract import DTYPES
 
 # the module-scoped run stays on one pytest-xdist worker (the tests session uses --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("cli")
@@ -101,7 +102,8 @@ def test_run_goes_on_after_misbehaviour(faulty_run: Run) -> None:
     """Other behaviours of the misbehaving candidates are still checked, and pass; the run exits 1."""
     assert faulty_run.returncode == 1
     for adapter in ("raises", "returns-nan", "wrong-shape", "wrong-dtype", "modifies-input"):
-        rope = faulty_run.checks(adapter=adapter, behaviour="rope")
+        # (the autocast modes, which these NumPy candidates do not declare, are unsupported)
+        rope = [c for c in faulty_run.checks(adapter=adapter, behaviour="rope") if c["dtype"] in DTYPES]
         assert rope and all(c["status"] == "passed" for c in rope), rope
 
 

@@ -38,6 +38,7 @@ gradients come from autograd. Declared, from the source and measured on transfor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from functools import cache
 from types import SimpleNamespace
 from typing import Any, cast
@@ -53,6 +54,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.torch.adapter import with_autocast
 from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch
 
 #: eps of the three norms' constructors (LlamaConfig().rms_norm_eps is the same 1e-6)
@@ -140,6 +142,10 @@ class _HFAdapter:
         self.capabilities: dict[str, Capability] = {}
         #: (the suite's tensor, the module parameter holding it) of the call in progress
         self._params: list[tuple[torch.Tensor, Any]] = []
+
+    def autocast(self, dtype: str) -> AbstractContextManager[Any]:
+        """The mixed-precision context of a model trained in ``dtype``: ``torch.autocast`` on this device."""
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=getattr(torch, dtype))
 
     def environment(self) -> dict[str, str]:
         return {
@@ -250,8 +256,9 @@ class HFLlamaAdapter(_HFAdapter):
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             causal_alignment="bottom_right",
         )
-        self.capabilities = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp", "attention")}
-        self.capabilities["rope_scaled"] = Capability(values={"scaling.type": HF_SCALING_TYPES})
+        caps = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp", "attention")}
+        caps["rope_scaled"] = Capability(values={"scaling.type": HF_SCALING_TYPES})
+        self.capabilities = with_autocast(caps)
 
 
 class HFGemmaAdapter(_HFAdapter):
@@ -268,7 +275,7 @@ class HFGemmaAdapter(_HFAdapter):
             norm_weight_offset=1.0,
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
         )
-        self.capabilities = {"rms_norm": Capability()}
+        self.capabilities = with_autocast({"rms_norm": Capability()})
 
     def norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
         # γ − 1 in float32 (exact for bfloat16 and float16 γ), stored in the module's dtype: a rounding
@@ -289,4 +296,4 @@ class HFT5Adapter(_HFAdapter):
             unfused=frozenset({"rms_norm.vjp"}),
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
         )
-        self.capabilities = {"rms_norm": Capability()}
+        self.capabilities = with_autocast({"rms_norm": Capability()})

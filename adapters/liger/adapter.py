@@ -98,7 +98,7 @@ from liger_kernel.transformers.functional import (  # noqa: E402
 )
 
 from transformer_conformance.adapters.contract import Capability, Conventions  # noqa: E402
-from transformer_conformance.adapters.torch.adapter import TorchAdapter  # noqa: E402
+from transformer_conformance.adapters.torch.adapter import TorchAdapter, with_autocast  # noqa: E402
 from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
 
 #: Liger's kernels were defined for the interpreter (no CUDA, or TRITON_INTERPRET=1 set by the user)
@@ -256,7 +256,7 @@ class LigerAdapter(TorchAdapter):
         _check_device(device)
         super().__init__(device, rope_layout="half")
         self.conventions = self.declared()
-        self.capabilities = self.declared_capabilities()
+        self.capabilities = with_autocast(self.declared_capabilities())
         self.impl = _ops(self)
 
     @staticmethod

@@ -5,14 +5,16 @@ Runs on CPU, and on CUDA with ``--device cuda`` when a GPU is present. Gradients
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.contract import AUTOCAST, AUTOCAST_DTYPES, OPS, Capability, Conventions
 from transformer_conformance.adapters.torch import blocks
 from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
 from transformer_conformance.adapters.torch.tensors import input_tensors, rope_torch, to_numpy, to_torch
@@ -106,6 +108,16 @@ def llama_hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float |
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+def with_autocast(caps: Mapping[str, Capability]) -> dict[str, Capability]:
+    """``caps`` with the autocast mode declared for the operations it is defined for (``AUTOCAST``), in each
+    low-precision dtype the operation declares: torch.autocast runs on CPU and CUDA in bfloat16 and float16
+    (measured on torch 2.13 CPU: matmul lowered to either, the norms and elementwise ops left alone)."""
+    return {
+        op: dataclasses.replace(c, autocast=frozenset(AUTOCAST_DTYPES) & c.dtypes) if op in AUTOCAST else c
+        for op, c in caps.items()
+    }
+
+
 class TorchAdapter:
     """The built-in ``torch`` adapter."""
 
@@ -146,8 +158,12 @@ class TorchAdapter:
             # bottom-right through an explicit mask; "top_left" uses SDPA's is_causal=True as it is
             causal_alignment=causal_alignment,  # type: ignore[arg-type]
         )
-        self.capabilities = {op: Capability() for op in OPS}
+        self.capabilities = with_autocast({op: Capability() for op in OPS})
         self.impl = _ops(self)
+
+    def autocast(self, dtype: str) -> AbstractContextManager[Any]:
+        """The mixed-precision context of a model trained in ``dtype``: ``torch.autocast`` on this device."""
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=getattr(torch, dtype))
 
     def environment(self) -> dict[str, str]:
         env = {"torch": torch.__version__, "numpy": np.__version__, "device": self.device}

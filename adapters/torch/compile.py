@@ -31,6 +31,7 @@ and rotary width, the activation's name).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,7 +74,13 @@ class TorchCompileAdapter(TorchAdapter):
         # generous cache limits: a run meets many (rank, dtype, parameter) combinations per operation
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
-        self.capabilities = {op: c for op, c in self.capabilities.items() if op in self.compiled_ops}
+        # the autocast mode is not declared: dynamo guards on the autocast state and compiles every graph again
+        # under it, too long for a CPU gate (docs/adapters.md, "torch-compile")
+        self.capabilities = {
+            op: dataclasses.replace(c, autocast=frozenset())
+            for op, c in self.capabilities.items()
+            if op in self.compiled_ops
+        }
         self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
 
     def environment(self) -> dict[str, str]:

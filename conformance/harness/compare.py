@@ -17,7 +17,7 @@ from hypothesis import target
 from transformer_conformance.adapters.contract import OPS, Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
-from transformer_conformance.conformance.harness import repro, watchdog
+from transformer_conformance.conformance.harness import autocast, repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -100,7 +100,7 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
     first = key not in _CALLED
     _CALLED.add(key)
     try:
-        with watchdog.watch(CALL_TIMEOUT, first_call=first):
+        with watchdog.watch(CALL_TIMEOUT, first_call=first), autocast.context(fn):
             return fn(*args)
     except CheckFailure:
         raise
@@ -271,7 +271,7 @@ def check_forward(
         compare(got, expected, budget, dtype, f"{op} output", call, record, along)
     except CheckFailure as failure:
         calls = [repro.call("forward", case.inputs, case.params, expected, got)]
-        repro.store(record, op, dtype.name, calls, failure=failure)
+        repro.store(record, op, autocast.label(dtype), calls, failure=failure)
         raise
     return got
 
@@ -308,5 +308,5 @@ def check_vjp(
             compare(grad, expected[name], budget[name], dtype, f"∂L/∂{name}", call, record, (along or {}).get(name))
     except CheckFailure as failure:
         calls = [repro.call("vjp", case.inputs, case.params, expected, got, cot)]
-        repro.store(record, op, dtype.name, calls, failure=failure)
+        repro.store(record, op, autocast.label(dtype), calls, failure=failure)
         raise

@@ -9,7 +9,7 @@ import numpy as np
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import allowed_error
-from transformer_conformance.conformance.harness import repro
+from transformer_conformance.conformance.harness import autocast, repro
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, _validate, call_op, describe_call
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -59,7 +59,7 @@ def check_invariance(
             repro.call("forward", case.inputs, case.params, want1, None if outs[0] is None else dtype.round(outs[0])),
             repro.call("forward", changed, case.params, want2, None if outs[1] is None else dtype.round(outs[1])),
         ]
-        repro.store(record, op, dtype.name, calls, relation="difference", failure=failure)
+        repro.store(record, op, autocast.label(dtype), calls, relation="difference", failure=failure)
         raise
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformer_conformance.conformance.harness.autocast import MODES
 from transformer_conformance.reference.formats import TESTED_DTYPES
 
 FAIL = "fail"
@@ -122,8 +123,8 @@ def _entry(raw: Any, file: str, index: int, line: int) -> Entry:
         if not isinstance(values, list) or not values or not all(isinstance(d, str) for d in values):
             raise _fail(where, "'dtype' must be a dtype name or a non-empty list of them")
         for d in values:
-            if d not in TESTED_DTYPES:
-                raise _fail(where, f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
+            if d not in TESTED_DTYPES + MODES:
+                raise _fail(where, f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES + MODES)}")
         dtypes = tuple(values)
     adapter = raw.get("adapter")
     if adapter is not None and (not isinstance(adapter, str) or not adapter.strip()):

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
-from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.adapters.contract import AUTOCAST, Adapter
 from transformer_conformance.adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
 from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
-from transformer_conformance.conformance.harness import compare
+from transformer_conformance.conformance.harness import autocast, compare
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
 from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
 from transformer_conformance.conformance.runner import counterexample, expectations, profiles
@@ -58,7 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="DTYPE",
-        help=f"dtype to check (repeatable; default: all of {', '.join(TESTED_DTYPES)})",
+        help=f"dtype or autocast mode to check (repeatable; default: all of {', '.join(DTYPES_AND_MODES)}); "
+        "autocast-D runs the operations an adapter declares under autocast inside its autocast(D) context",
     )
     group.addoption(
         "--device", default="cpu", metavar="DEVICE", help="device for built-in adapters: cpu or cuda (default: cpu)"
@@ -102,6 +103,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: What ``--dtype`` takes: the dtypes under test and the autocast modes (conformance/harness/autocast.py).
+DTYPES_AND_MODES = TESTED_DTYPES + autocast.MODES
+
 #: The check modules (conformance/checks): the only tests a conformance run collects.
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 
@@ -137,8 +141,8 @@ def _split(values: list[str]) -> list[str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance(id, behaviour, prop, cites, op, grad): a conformance check")
     for d in _split(config.getoption("dtype")):
-        if d not in TESTED_DTYPES:
-            raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(TESTED_DTYPES)}")
+        if d not in DTYPES_AND_MODES:
+            raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(DTYPES_AND_MODES)}")
     if not hasattr(config, "workerinput"):
         _only_the_suites_checks(config)
     for b in _split(config.getoption("behaviour")):
@@ -205,8 +209,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         adapters = metafunc.config.stash[ADAPTERS_KEY]
         metafunc.parametrize("adapter", adapters, ids=[a.name for a in adapters], scope="session")
     if "dtype" in metafunc.fixturenames:
-        names = _split(metafunc.config.getoption("dtype")) or list(TESTED_DTYPES)
-        metafunc.parametrize("dtype", [fmt(n) for n in names], ids=names, scope="session")
+        names = _split(metafunc.config.getoption("dtype")) or list(DTYPES_AND_MODES)
+        marker = metafunc.definition.get_closest_marker("conformance")
+        op = marker.kwargs.get("op") if marker else None
+        # an autocast mode is a column of the checks of the operations it is defined for (adapters.AUTOCAST)
+        formats: list[Format] = [
+            autocast.mode_format(n, str(op)) if n in autocast.MODES else fmt(n)
+            for n in names
+            if n not in autocast.MODES or op in AUTOCAST
+        ]
+        metafunc.parametrize("dtype", formats, ids=[autocast.label(f) for f in formats], scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -249,7 +261,10 @@ def declared_support(request: pytest.FixtureRequest) -> None:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op}")
     if "dtype" in request.fixturenames:
         dtype: Format = request.getfixturevalue("dtype")
-        if dtype.name not in cap.dtypes:
+        low = autocast.autocast_dtype(dtype)
+        if low is not None and low not in getattr(cap, "autocast", frozenset()):
+            pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} under autocast in {low}")
+        if low is None and dtype.name not in cap.dtypes:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
     if meta.get("grad") and not cap.grad:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
@@ -263,6 +278,16 @@ def declared_support(request: pytest.FixtureRequest) -> None:
             record.extra.setdefault("not_declared", {})[key] = left
 
 
+@pytest.fixture(autouse=True)
+def autocast_mode(request: pytest.FixtureRequest, declared_support: None) -> Generator[None, None, None]:
+    """A check of an autocast mode calls its candidate inside the adapter's autocast context."""
+    if "adapter" not in request.fixturenames or "dtype" not in request.fixturenames:
+        yield
+        return
+    with autocast.active(request.getfixturevalue("adapter"), request.getfixturevalue("dtype")):
+        yield
+
+
 def _expectation(item: pytest.Item, meta: dict[str, Any]) -> expectations.Entry | None:
     """The expectation entry that decides this check's verdict, if any (checks of the specification itself,
     which take no adapter, have none)."""
@@ -272,7 +297,8 @@ def _expectation(item: pytest.Item, meta: dict[str, Any]) -> expectations.Entry 
         return None
     dtype = params.params.get("dtype") if params else None
     entries: list[expectations.Entry] = item.config.stash[EXPECT_KEY]
-    return expectations.decide(entries, meta["id"], meta["behaviour"], adapter.name, dtype.name if dtype else None)
+    label = autocast.label(dtype) if dtype else None
+    return expectations.decide(entries, meta["id"], meta["behaviour"], adapter.name, label)
 
 
 @pytest.fixture(autouse=True)
@@ -355,7 +381,7 @@ def pytest_runtest_makereport(
         "property": meta["prop"],
         "cites": meta["cites"],
         "adapter": adapter.name if adapter is not None else SPEC,
-        "dtype": dtype.name if dtype is not None else None,
+        "dtype": autocast.label(dtype) if dtype is not None else None,
         "phase": rep.when,
     }
     rec = item.stash.get(RECORD_KEY, None)
@@ -529,6 +555,8 @@ EXECUTED = frozenset({"passed", "failed", "error", "known_failure", "unexpectedl
 
 def _executed(result: dict[str, Any], adapter: str) -> bool:
     return result["adapter"] == adapter and result["status"] in EXECUTED
+
+
 UNMATCHED_KEY = pytest.StashKey[list[expectations.Entry]]()
 
 

@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.conformance.strategies.common import (
+    Case,
+    fill,
+    long_positions,
+    magnitudes,
+    positions,
+    seeds,
+)
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
@@ -24,7 +31,8 @@ def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
     mag = draw(st.one_of(st.just(0.0), magnitudes(-6, 4)), label="|x|")
     x = fill(dtype, (draw(st.integers(1, 2), label="batch"), t, d), mag, seed)
     base = draw(st.sampled_from([10000.0, 10000.0, 100.0, 500000.0]), label="base")
-    return Case({"x": x, "positions": draw(positions(t))}, {"base": base}, {"|x|": mag, "seed": seed})
+    pos = draw(positions(t, long_positions(dtype)))
+    return Case({"x": x, "positions": pos}, {"base": base}, {"|x|": mag, "seed": seed})
 
 
 @st.composite
@@ -94,7 +102,7 @@ def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SC
     x = fill(dtype, (draw(st.integers(1, 2), label="heads"), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
     rule = draw(scaling(kinds, rotary_dim or d))
     return Case(
-        {"x": x, "positions": draw(positions(t))},
+        {"x": x, "positions": draw(positions(t, long_positions(dtype)))},
         {"base": base, "rotary_dim": rotary_dim, "scaling": rule},
         {"seed": seed},
     )
