@@ -22,4 +22,5 @@ EXTRAS: dict[str, str] = {
     "onnxruntime": "onnxruntime",
     "onnxruntime-contrib": "onnxruntime",
     "onnxruntime-export": "onnxruntime-export",
+    "torchtune": "torchtune",
 }

@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     "onnxruntime": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeAdapter",
     "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
     "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
+    "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
 }
 
 
