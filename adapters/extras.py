@@ -31,4 +31,5 @@ EXTRAS: dict[str, str] = {
     "onnxruntime-contrib": "onnxruntime",
     "onnxruntime-export": "onnxruntime-export",
     "mlx": "mlx",
+    "torchtune": "torchtune",
 }

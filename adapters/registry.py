@@ -35,6 +35,7 @@ BUILTIN: dict[str, str] = {
     "onnxruntime-contrib": "transformer_conformance.adapters.onnxruntime.adapter:OnnxRuntimeContribAdapter",
     "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
     "mlx": "transformer_conformance.adapters.mlx.adapter:MlxAdapter",
+    "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
 }
 
 

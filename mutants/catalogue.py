@@ -14,6 +14,7 @@ mutant's name with ``-`` spelled ``_``). ``mutants/run.py`` runs the suite again
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +37,14 @@ from mutants.building_blocks import (
     tree_sum,
 )
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
+from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
 BEHAVIOURS: dict[str, str] = {
     "rms_norm": "test_rmsnorm.py",
     "layer_norm": "test_layernorm.py",
     "rope": "test_rope.py",
+    "rope_scaling": "test_rope_scaling.py",
     "swiglu": "test_swiglu.py",
     "cross_entropy": "test_losses.py",
     "z_loss": "test_losses.py",
@@ -502,6 +505,49 @@ def rope_backward_wrong_sign(a: MutantAdapter) -> None:
     a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: RopeForwardRotationInBackward.apply(
         x, positions, base, rotary_dim, layout
     )
+
+
+# ------------------------------------------------------------------------------------------ rope_scaling
+
+
+def _llama3_bands_swapped(rd: int, base: float, scaling: Mapping[str, Any]) -> torch.Tensor:
+    """Llama-3 band scaling written as torchtune's ``Llama3ScaledRoPE.apply_scaling`` loop, with its first
+    comparison made against the low-frequency wavelength instead of the high-frequency one: every pair shorter
+    than L/low_freq_factor keeps its frequency, so the medium band is never smoothed."""
+    s, trained = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
+    low_f, high_f = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    low_wavelen = trained / low_f
+    freqs = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd))
+    new = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < low_wavelen:  # should be trained / high_f
+            new.append(freq)
+        elif wavelen > low_wavelen:
+            new.append(freq / s)
+        else:
+            smooth = (trained / wavelen - low_f) / (high_f - low_f)
+            new.append((1 - smooth) * freq / s + smooth * freq)
+    return torch.tensor(new, dtype=torch.float32)
+
+
+@mutant(
+    "rope_scaling",
+    "rope_scaled/forward",
+    "Llama-3 bands: the first wavelength comparison against L/low_freq_factor, not L/high_freq_factor — the medium "
+    "band keeps its plain frequencies instead of the smooth interpolation",
+)
+def rope_llama3_bands_swapped(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if not scaling or scaling["type"] != "llama3":
+            return plain(x, positions, base, rotary_dim, scaling)
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        inv_freq = _llama3_bands_swapped(rd, base, scaling).to(x.device)
+        return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq)
+
+    a.impl["rope_scaled"] = rope_scaled
 
 
 # ------------------------------------------------------------------------------------------------ swiglu
