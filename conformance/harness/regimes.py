@@ -249,7 +249,9 @@ REGIMES: tuple[Regime, ...] = (
         "positions near 2^24",
         ("rope", "rope_scaled", "sinusoidal_positions"),
         _pos_at_least(2**24 - 64),
-        "float32 counts integers exactly only to 2^24: positions there test the angle's precision, not the table",
+        "float32 counts integers exactly only to 2^24. Not drawn yet: the angles' error model does not bound a "
+        "correct float32 computation there (torch's rope 1.4 times over its budget at 16777200 under a random seed)",
+        drawn=False,
     ),
     Regime(
         "positions beyond the trained length",
@@ -265,7 +267,7 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "scores beyond a mask fill",
-        ATTENTION,
+        ("attention", "qk_norm_attention"),
         _scores_beyond_fill,
         "|q·k·scale| ≥ 2^17: a masked score filled with −1e4 (or float16's −65504) instead of −∞ is not negligible",
     ),
@@ -297,7 +299,7 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "logits near overflow",
-        ("cross_entropy", "cross_entropy_mean", "z_loss"),
+        ("cross_entropy", "cross_entropy_mean"),
         _logits_near_overflow,
         "logits within 8 binades of overflow: exp without the max shift, or z² in the input dtype, overflows",
     ),

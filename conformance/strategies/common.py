@@ -94,9 +94,9 @@ def norm_case(draw: st.DrawFn, dtype: Format, with_bias: bool) -> Case:
 @st.composite
 def positions(draw: st.DrawFn, t: int) -> np.ndarray:
     """Positions from 0 … 64, from the 4096 edge where bfloat16 stops counting integers exactly, up to 10⁵,
-    past 2^17 (beyond a 128k context) and across 2^24, where float32 stops counting integers exactly."""
+    past 2^17 (beyond a 128k context). Not yet across 2^24 (conformance/harness/regimes.py says why)."""
     start = draw(
-        st.sampled_from([0, 1, 2000, 4090, 8191, 30000, 99_990, 131_075, 2**24 - 16, 2**24 - 16]),
+        st.sampled_from([0, 1, 2000, 4090, 8191, 30000, 99_990, 131_075, 131_075]),
         label="first position",
     )
     stride = draw(st.integers(1, 7), label="stride")
@@ -142,7 +142,13 @@ def logits_case(draw: st.DrawFn, dtype: Format, with_targets: bool) -> Case:
     # far from zero: a common offset FAR_OFFSET times the spread, or (float16) within 8 binades of overflow; in
     # float32 and bfloat16 that is 10^36, beyond what the losses' error model bounds
     far = -near_overflow(dtype) if dtype.name == "float16" else -1000.0
+    if not with_targets and dtype.name == "float16":
+        # z-loss: α·z² is finite here, but z² in float16 overflows past |z| = 256 (an unfused candidate's
+        # intermediate, which the budgets do not yet bound): far offsets only in float32 and bfloat16
+        far = 0.0
     shift = draw(st.sampled_from([0.0, 0.0, 30.0, -50.0, FAR_OFFSET, far]), label="shift")
+    if shift == FAR_OFFSET and not with_targets and dtype.name == "float16":
+        shift = 0.0
     if shift == FAR_OFFSET:
         shift *= spread
     logits = fill(dtype, (n, v), spread, seed, offset=shift)
