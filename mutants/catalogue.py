@@ -174,6 +174,19 @@ def rms_eps_default_1e5(a: MutantAdapter) -> None:
 @mutant(
     "rms_norm",
     "rms_norm/forward",
+    "γ held as γ − 1 in the input dtype and applied as 1 + w, undeclared: loses γ's last bit where its spacing is 2",
+)
+def rms_weight_held_minus_one(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        held = (weight.float() - 1.0).to(weight.dtype)  # Gemma's zero-centred storage, in the input dtype
+        return _rms(x, 1.0 + held, _eps(eps, F32_EPS))  # 1 + w rounded to the input dtype again
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/forward",
     "eps=None mapped to the input dtype's machine epsilon while declaring float32's (bfloat16: 7.8e-3)",
 )
 def rms_eps_default_input_dtype(a: MutantAdapter) -> None:
@@ -436,6 +449,14 @@ def rope_partial_rotates_last(a: MutantAdapter) -> None:
 @mutant("rope", "rope/forward", "positions cast to bfloat16 before the angles (exact integers only up to 256)")
 def rope_positions_bf16(a: MutantAdapter) -> None:
     _rope(a, pos_dtype=torch.bfloat16)
+
+
+@mutant("rope", "rope/forward", "positions clamped to a 128k cache (2^17 − 1), as a kernel indexing its cos/sin table")
+def rope_positions_clamped_128k(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+    a.impl["rope"] = lambda x, positions, base=10000.0, rotary_dim=None: rope_variant(
+        x, positions.clamp(max=2**17 - 1), base, rotary_dim, layout
+    )
 
 
 @mutant("rope", "rope/forward", "inverse frequencies and angles computed in the input dtype, not float32")
@@ -846,6 +867,44 @@ def z_loss_mean_all_ignored_zero(a: MutantAdapter) -> None:
         return per.sum() / valid.sum().clamp(min=1)
 
     a.impl["z_loss_mean"] = z_loss_mean
+
+
+# --------------------------------------------------------------------------------------------- attention
+
+
+def _attention(q: T, k: T, v: T, causal: bool, softcap: float | None, scale: float, fill: float) -> T:
+    """Attention in float32, rounded once, with masked scores set to ``fill``."""
+    qf, kf, vf = q.float(), k.float(), v.float()
+    rep = qf.shape[1] // kf.shape[1]
+    kf, vf = kf.repeat_interleave(rep, dim=1), vf.repeat_interleave(rep, dim=1)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        lq, lk = s.shape[-2], s.shape[-1]
+        visible = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril(diagonal=lk - lq)
+        s = s.masked_fill(~visible, fill)
+    return (torch.softmax(s, dim=-1) @ vf).to(q.dtype)
+
+
+@mutant("attention", "attention/forward", "masked scores filled with −1e4 instead of −∞ (wrong once |scores| ≫ 1e4)")
+def attention_mask_fill_1e4(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        return _attention(q, k, v, causal, softcap, q.shape[-1] ** -0.5 if scale is None else scale, -1e4)
+
+    a.impl["attention"] = attention
+
+
+@mutant("attention", "attention/forward", "the scale parameter ignored: always 1/√D")
+def attention_scale_ignored(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        return _attention(q, k, v, causal, softcap, q.shape[-1] ** -0.5, float("-inf"))
+
+    a.impl["attention"] = attention
 
 
 def by_attribute() -> dict[str, Mutant]:

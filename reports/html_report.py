@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from transformer_conformance.reports import reached
 from transformer_conformance.reports.html_page import (
     DTYPE_ORDER,
     STATUS_MARK,
@@ -402,7 +403,9 @@ def render_html(report: dict[str, Any], back: str = "", perf: dict[str, Any] | N
         + '<a href="#matrix">Matrix</a><a href="#precision">Precision</a><a href="#failures">Failures</a>'
         + ('<a href="#performance">Performance</a>' if perf is not None else "")
         + ('<a href="#expectations">Expectations</a>' if (report.get("expectations") or {}).get("entries") else "")
-        + '<a href="#checks">Checks</a><a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
+        + '<a href="#checks">Checks</a>'
+        + ('<a href="#reached">Reached</a>' if report.get("reached") else "")
+        + '<a href="#adapters">Adapters</a><a href="#environment">Environment</a>'
     )
     body = (
         f"<nav>{nav}</nav><h1>Conformance report: {esc(names)}</h1>"
@@ -418,6 +421,7 @@ def render_html(report: dict[str, Any], back: str = "", perf: dict[str, Any] | N
         + expectations_section(report)
         + (perf_section(perf) if perf is not None else "")
         + checks_table(report)
+        + reached.html_section(report)
         + adapters_section(report)
         + environment_section(report)
     )

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from transformer_conformance.reports import reached
 from transformer_conformance.reports.html_page import fmt_share, kind, not_declared, severity, share
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "autocast-bfloat16", "autocast-float16")  # autocast: a mode
@@ -229,6 +230,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += _failure_block(c)
     lines += _narrowed(checks)
     lines += _expectations(report)
+    lines += reached.markdown(report)
     if report.get("seeds"):
         lines += ["", "## Seed documents", "", "Each check cites the statement it enforces by seed id and section:", ""]
         lines += [f"- `{sid}` — {_esc(title)}" for sid, title in report["seeds"].items()]

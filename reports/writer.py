@@ -93,6 +93,7 @@ def build_report(
     unchecked: Sequence[str] = (),
     hypothesis_settings: Mapping[str, Any] | None = None,
     seeds: Mapping[str, str] | None = None,
+    reached: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     checks = sorted(results, key=lambda c: (c["adapter"], c["behaviour"], c["check"], c["dtype"] or ""))
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
@@ -144,6 +145,7 @@ def build_report(
         "expectations": dict(expectations) if expectations else {"files": [], "entries": []},
         **({"seeds": dict(seeds)} if seeds else {}),
         "checks": checks,
+        **({"reached": dict(reached)} if reached else {}),
     }
 
 

@@ -3,6 +3,8 @@ seed-002 §3.1.1, §3.3.1)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,17 +40,25 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
 @check(
     "swiglu/hidden-width", "swiglu", "hidden width is ⌊8d/3⌋ rounded up to the multiple", SIZING, op="swiglu_hidden_dim"
 )
-@given(d=st.one_of(st.integers(1, 20000), st.sampled_from([4096, 8192])), multiple=st.sampled_from([1, 64, 128, 256]))
-def test_hidden_width(adapter: Adapter, record: Record, d: int, multiple: int) -> None:
+@given(
+    d=st.one_of(st.integers(1, 20000), st.sampled_from([4096, 8192])),
+    multiple=st.sampled_from([1, 64, 128, 256]),
+    multiplier=st.sampled_from([None, None, None, 1.3, 0.5]),
+)
+def test_hidden_width(adapter: Adapter, record: Record, d: int, multiple: int, multiplier: float | None) -> None:
     from transformer_conformance.conformance.harness.compare import _invoke
 
-    call = f"{adapter.name}.swiglu_hidden_dim(d={d}, multiple_of={multiple})"
-    got = _invoke(call, adapter.forward, "swiglu_hidden_dim", {}, {"d": d, "multiple_of": multiple})
-    want = swiglu_hidden_dim(d, multiple)
+    params: dict[str, Any] = {"d": d, "multiple_of": multiple}
+    if multiplier is not None:  # LLaMA-2 70B's ffn_dim_multiplier (1.3) scales ⌊8d/3⌋ before the rounding
+        params["ffn_dim_multiplier"] = multiplier
+    call = f"{adapter.name}.swiglu_hidden_dim({', '.join(f'{k}={v}' for k, v in params.items())})"
+    got = _invoke(call, adapter.forward, "swiglu_hidden_dim", {}, params)
+    want = swiglu_hidden_dim(d, multiple, multiplier)
     record.examples += 1
     if int(np.asarray(got)) != want:
+        scaled = f" × {multiplier} (floored)" if multiplier is not None else ""
         raise CheckFailure(
-            f"hidden width: got {int(np.asarray(got))}, should be {want} (⌊8·{d}/3⌋ rounded up to "
+            f"hidden width: got {int(np.asarray(got))}, should be {want} (⌊8·{d}/3⌋{scaled} rounded up to "
             f"a multiple of {multiple}) [{call}]"
         )
 

@@ -17,7 +17,7 @@ from hypothesis import target
 from transformer_conformance.adapters.contract import OPS, Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
-from transformer_conformance.conformance.harness import autocast, repro, watchdog
+from transformer_conformance.conformance.harness import autocast, reach, repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -99,6 +99,8 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
         raise CheckFailure(f"hung earlier in this run [{_HUNG[key]}]")
     first = key not in _CALLED
     _CALLED.add(key)
+    if len(args) >= 3 and isinstance(args[0], str):
+        reach.note(args[0], args[1], args[2])  # what the examples reach (harness/reach.py): not part of the verdict
     try:
         with watchdog.watch(CALL_TIMEOUT, first_call=first), autocast.context(fn):
             return fn(*args)

@@ -22,7 +22,7 @@ from hypothesis.errors import HypothesisException
 from transformer_conformance.adapters.contract import AUTOCAST, Adapter
 from transformer_conformance.adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
 from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
-from transformer_conformance.conformance.harness import autocast, compare
+from transformer_conformance.conformance.harness import autocast, compare, reach
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
 from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
 from transformer_conformance.conformance.runner import counterexample, expectations, profiles
@@ -37,6 +37,8 @@ RECORD_KEY = pytest.StashKey[Record]()
 RESULTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 STARTED_KEY = pytest.StashKey[float]()
 EXPECT_KEY = pytest.StashKey[list[expectations.Entry]]()
+#: adapter name -> operation -> what its calls reached (conformance/harness/reach.py), merged in the controller
+REACHED_KEY = pytest.StashKey[dict[str, dict[str, dict[str, Any]]]]()
 
 EXPECTED_SKIP = "skipped by expectation: "
 KNOWN = "known failure: "
@@ -172,6 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[ADAPTERS_KEY] = adapters
     config.stash[SPECS_KEY] = {a.name: import_path(spec) for a, spec in zip(adapters, specs, strict=True)}
     config.stash[RESULTS_KEY] = {}
+    config.stash[REACHED_KEY] = {}
     config.stash[STARTED_KEY] = time.time()
     report_dir = Path(config.getoption("report_dir"))
     if not hasattr(config, "workerinput"):
@@ -385,6 +388,10 @@ def pytest_runtest_makereport(
         "phase": rep.when,
     }
     rec = item.stash.get(RECORD_KEY, None)
+    if rep.when == "call":
+        noted = reach.drain()
+        if noted and adapter is not None:
+            payload["reached"] = noted
     if rec is not None and rep.when == "call":
         if adapter is not None:
             where = {
@@ -451,6 +458,8 @@ def _fold(report: pytest.TestReport) -> None:
         if key != "conformance":
             continue
         p = json.loads(str(value))
+        if "reached" in p:
+            reach.merge(config.stash[REACHED_KEY].setdefault(p["adapter"], {}), p["reached"])
         r = results.setdefault(
             report.nodeid,
             {
@@ -539,6 +548,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         exitstatus=int(exitstatus),
         unchecked=unchecked,
         perf=config.stash.get(PERF_KEY, (None, ""))[0],
+        reached={name: reach.summary(ops) for name, ops in sorted(config.stash[REACHED_KEY].items())},
         expectations={
             "files": list(config.getoption("expectations")),
             "entries": [e.to_json(n) for e, n in zip(entries, counts, strict=True)],

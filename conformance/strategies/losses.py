@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from transformer_conformance.conformance.strategies.common import Case, fill, logits_case, seeds
+from transformer_conformance.conformance.strategies.common import FAR_OFFSET, Case, fill, logits_case, seeds
 from transformer_conformance.reference.formats import Format
 
 
@@ -47,7 +47,9 @@ def softcap_case(draw: st.DrawFn, dtype: Format) -> Case:
     v = draw(st.one_of(st.integers(2, 40), st.sampled_from([255, 1000])), label="vocab")
     seed = draw(seeds, label="seed")
     spread = draw(st.sampled_from([0.5, 0.3, 1.0, 4.0]), label="spread / cap") * cap
-    shift = draw(st.sampled_from([0.0, 0.0, 1.0, -2.0]), label="shift / cap") * cap
+    shift = draw(st.sampled_from([0.0, 0.0, 1.0, -2.0, None]), label="shift / cap")
+    # None: a common offset FAR_OFFSET times the spread (deep in the saturation)
+    shift = FAR_OFFSET * spread if shift is None else shift * cap
     alpha = draw(st.sampled_from([1e-4, 1e-4, 1e-2]), label="alpha")
     logits = fill(dtype, (n, v), spread, seed, offset=shift)
     return Case({"logits": logits}, {"alpha": alpha, "cap": cap}, {"seed": seed, "spread": spread})

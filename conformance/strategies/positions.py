@@ -54,10 +54,11 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
     h = draw(HEADS, label="H")
     tq, tk = draw(st.integers(1, 5), label="Tq"), draw(st.integers(1, 6), label="Tk")
     seed = draw(seeds, label="seed")
-    start = draw(st.sampled_from([0, 0, 7, 4090, 30000]), label="first position")
+    start = draw(st.sampled_from([0, 0, 7, 4090, 30000, 70_000]), label="first position")
     qp = start + np.sort(np.random.default_rng(seed).integers(0, draw(st.sampled_from([8, 64, 5000])), size=tq))
     kp = start + np.arange(tk, dtype=np.int64) * draw(st.integers(1, 9), label="key stride")
-    mag = draw(st.one_of(st.just(0.0), magnitudes(-4, 5)), label="|scores|")
+    # up to 2^9: within 8 binades of float16's overflow
+    mag = draw(st.one_of(st.just(0.0), magnitudes(-4, 5), magnitudes(8, 9)), label="|scores|")
     scores = fill(dtype, (draw(st.integers(1, 2), label="batch"), h, tq, tk), mag, seed + 1)
     return Case(
         {"scores": scores, "q_positions": qp.astype(np.int64), "k_positions": kp.astype(np.int64)},
@@ -68,17 +69,23 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
 
 @st.composite
 def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64) -> dict[str, Any]:
-    """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192."""
+    """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192 and
+    the 128k of current models."""
     kind = draw(st.sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
     factor = draw(st.sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
-    original = draw(st.sampled_from([16, 64, 2048, 4096, 8192]), label="trained length")
+    original = draw(st.sampled_from([16, 64, 2048, 4096, 8192, 131_072]), label="trained length")
     params: dict[str, Any] = {"type": kind, "factor": factor}
     if kind in ("dynamic", "yarn", "llama3"):
         params["original_max_position_embeddings"] = original
-    if kind == "yarn" and draw(st.booleans(), label="custom betas"):
-        params |= {"beta_fast": draw(st.sampled_from([16, 32, 64])), "beta_slow": draw(st.sampled_from([1, 2]))}
+    if kind == "yarn":  # the defaults (32, 1) passed explicitly, or others
+        params |= {
+            "beta_fast": draw(st.sampled_from([32, 16, 64]), label="beta_fast"),
+            "beta_slow": draw(st.sampled_from([1, 2, 2]), label="beta_slow"),
+        }
     if kind == "llama3":
-        params |= {"low_freq_factor": 1.0, "high_freq_factor": draw(st.sampled_from([4.0, 2.0, 8.0]))}
+        # Llama 3.1's (1, 4) and others (low < high)
+        low, high = draw(st.sampled_from([(0.5, 2.0), (1.0, 4.0), (1.5, 8.0), (1.0, 2.0)]), label="low, high factors")
+        params |= {"low_freq_factor": low, "high_freq_factor": high}
     if kind == "longrope":
         # as Phi-3's: short factors near 1, long factors rising from 1 towards the low frequencies
         rng = np.random.default_rng(draw(st.integers(0, 2**16), label="factor lists seed"))

@@ -1,0 +1,134 @@
+"""What the examples of a run reached: per operation, the parameter values a candidate was given and the regimes
+(conformance/harness/regimes.py) its inputs were in, counted at every call of the candidate.
+
+``note`` runs in ``harness/compare.py``'s guarded call (every call of a candidate goes through it); ``drain`` hands
+what one check noted to the plugin, which carries it to the controller with the check's result and merges it per
+adapter into report.json's ``reached`` (docs/report.md). Nothing here judges the candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from transformer_conformance.conformance.harness import regimes
+from transformer_conformance.reference.formats import TESTED_DTYPES, dtype_name, fmt
+
+#: At most this many distinct values of one parameter are kept (with the count of the others)
+MAX_VALUES = 16
+
+# op -> {"calls": n, "params": {name: {"values": [...], "more": n, "min": x, "max": y}}, "regimes": {name: {dtype: n}}}
+_NOTED: dict[str, dict[str, Any]] = {}
+
+
+def _flat(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as recorded: ``scaling`` by its type (``none``), its entries as ``scaling.NAME``; lists by length."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if k == "scaling":
+            out[k] = None if v is None else v.get("type")
+            for sub in regimes.SCALING_KEYS:
+                if isinstance(v, Mapping) and sub in v:
+                    out[f"scaling.{sub}"] = v[sub]
+        else:
+            out[k] = v
+    return {k: (f"list of {len(v)}" if isinstance(v, list | tuple) else v) for k, v in out.items()}
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v if v is None or isinstance(v, bool | int | float | str) else repr(v)
+
+
+def _dtype(inputs: Mapping[str, np.ndarray]) -> str | None:
+    for a in inputs.values():
+        if isinstance(a, np.ndarray) and a.dtype.kind not in "iub":
+            name = dtype_name(a)
+            return name if name in TESTED_DTYPES else None
+    return None
+
+
+def note(op: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+    """Count one call of ``op``: its parameter values and the regimes its inputs are in."""
+    entry = _NOTED.setdefault(op, {"calls": 0, "params": {}, "regimes": {}})
+    entry["calls"] += 1
+    for key, value in _flat(params).items():
+        add_value(entry["params"].setdefault(key, {"values": [], "more": 0}), _json_value(value))
+    name = _dtype(inputs)
+    if name is None:
+        return
+    arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    values = {k: (v if v.dtype.kind in "iub" else v.astype(np.float64)) for k, v in arrays.items()}
+    for r in regimes.reached(op, values, params, fmt(name)):
+        counts = entry["regimes"].setdefault(r, {})
+        counts[name] = counts.get(name, 0) + 1
+
+
+def add_value(slot: dict[str, Any], value: Any, count: int = 1) -> None:
+    """Add a value to a parameter's record: kept while fewer than MAX_VALUES are, the range of numbers always."""
+    if value not in slot["values"]:
+        if len(slot["values"]) < MAX_VALUES:
+            slot["values"].append(value)
+        else:
+            slot["more"] += count
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        slot["min"] = value if slot.get("min") is None else min(slot["min"], value)
+        slot["max"] = value if slot.get("max") is None else max(slot["max"], value)
+
+
+def drain() -> dict[str, dict[str, Any]]:
+    """What was noted since the last drain (and forget it)."""
+    out = dict(_NOTED)
+    _NOTED.clear()
+    return out
+
+
+def merge(into: dict[str, dict[str, Any]], noted: Mapping[str, Mapping[str, Any]]) -> None:
+    """Fold one check's ``drain()`` into a per-operation total (the controller's, for one adapter)."""
+    for op, e in noted.items():
+        t = into.setdefault(op, {"calls": 0, "params": {}, "regimes": {}})
+        t["calls"] += e["calls"]
+        for name, slot in e["params"].items():
+            ts = t["params"].setdefault(name, {"values": [], "more": 0})
+            for v in slot["values"]:
+                add_value(ts, v)
+            ts["more"] += slot.get("more", 0)
+            for bound, pick in (("min", min), ("max", max)):
+                if slot.get(bound) is not None:
+                    ts[bound] = slot[bound] if ts.get(bound) is None else pick(ts[bound], slot[bound])
+        for r, counts in e["regimes"].items():
+            tc = t["regimes"].setdefault(r, {})
+            for d, n in counts.items():
+                tc[d] = tc.get(d, 0) + n
+
+
+def summary(noted: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """report.json's view of one adapter's totals: per operation its calls, each parameter's values (sorted, with
+    the range of numbers and whether it was exercised beyond its default), and every listed regime's counts by
+    dtype (an empty object: not reached; ``drawn`` false: listed but not drawn, with the reason)."""
+    out: dict[str, Any] = {}
+    for op in sorted(noted):
+        e = noted[op]
+        params = {}
+        for name in sorted(e["params"]):
+            slot = e["params"][name]
+            vals = sorted(slot["values"], key=lambda v: (v is not None, type(v).__name__, v if v is not None else 0))
+            params[name] = {
+                "values": vals,
+                **({"more": slot["more"]} if slot.get("more") else {}),
+                **({"min": slot["min"], "max": slot["max"]} if slot.get("min") is not None else {}),
+                "varied": regimes.varied(name, vals) or bool(slot.get("more")),
+            }
+        listed = {}
+        for r in regimes.for_op(op):
+            counts = e["regimes"].get(r.name, {})
+            listed[r.name] = {
+                "counts": dict(sorted(counts.items())),
+                "reason": r.reason,
+                **({} if r.drawn else {"drawn": False}),
+            }
+        out[op] = {"calls": e["calls"], "params": params, "regimes": listed}
+    return out
