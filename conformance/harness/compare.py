@@ -98,7 +98,9 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
     key = call.split("(", 1)[0]
     if key in _HUNG:
         raise CheckFailure(f"hung earlier in this run [{_HUNG[key]}]")
-    first = key not in _CALLED
+    # a size regime's case is a first call too: kernels dispatch (and compile) other code at that size, and
+    # an interpreted one (Triton's on CPU) takes minutes over 32,768 rows
+    first = key not in _CALLED or bool(_TARGET_SUFFIX)
     _CALLED.add(key)
     try:
         with watchdog.watch(CALL_TIMEOUT, first_call=first):

@@ -35,7 +35,8 @@ def loosening(conv: Conventions, op: str, grad: bool) -> list[tuple[str, Convent
     for name in SET_FIELDS:
         declared: frozenset[str] = getattr(conv, name)
         for entry in sorted(declared & names):
-            out.append((f"{name} {entry}", dataclasses.replace(conv, **{name: declared - {entry}})))
+            less: dict[str, Any] = {name: declared - {entry}}
+            out.append((f"{name} {entry}", dataclasses.replace(conv, **less)))
     default = Conventions()
     if op in NORM_OPS and conv.norm_rounding != default.norm_rounding:
         out.append((f"norm_rounding {conv.norm_rounding} ({op})", dataclasses.replace(conv, norm_rounding="single")))
