@@ -247,3 +247,90 @@ class LinearCrossEntropyFused(torch.autograd.Function):
         dx, dw, db = d @ wf, d_w.T @ xf, d_w.sum(0)
         tx, tw, tb = ctx.dtypes
         return dx.to(tx), dw.to(tw), db.to(tb), None, None, None, None
+#: Liger-Kernel's RMSNorm block kernels: taken for at least this many rows of at most BLOCK_COLS features
+BLOCK_ROWS_FROM, BLOCK_COLS, BLOCK_ROW = 32_768, 256, 16
+
+
+class RmsNormBlockPathWeightGrad(torch.autograd.Function):
+    """RMSNorm (float32 arithmetic, one rounding) with a row path and a *block* path, chosen as Liger-Kernel
+    does (≥ 32,768 rows of ≤ 256 features). The block path's backward accumulates ∂L/∂γ block of 16 rows by
+    block in an accumulator of the input dtype (Liger-Kernel 0.6.4's block backward summed ∂W in the input
+    dtype; 0.6.5 in float32); the row path, and everything else, is correct."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> Any:
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+            y = F.rms_norm(xf, (xf.shape[-1],), wf, ctx.eps)
+            dx, dw = torch.autograd.grad(y, (xf, wf), g.float())
+        n = x.shape[-1]
+        rows = x.numel() // max(n, 1)
+        if rows >= BLOCK_ROWS_FROM and n <= BLOCK_COLS:
+            xf = x.float().reshape(-1, n)
+            xhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
+            terms = g.float().reshape(-1, n) * xhat
+            acc = torch.zeros(n, dtype=x.dtype)
+            for start in range(0, rows, BLOCK_ROW):  # one program walking the row blocks, as on one SM
+                acc = (acc.float() + terms[start : start + BLOCK_ROW].sum(0)).to(x.dtype)
+            dw = acc
+        return dx.to(x.dtype), dw.to(w.dtype), None
+
+
+def online_softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    softcap: float | None = None,
+    scale: float | None = None,
+    tile: int = 128,
+    rescale_from: int = 1,
+) -> torch.Tensor:
+    """Float32 attention (B, H, L, D), bottom-right causal, over key tiles of ``tile`` with an online softmax
+    (a running max m, sum l and output o, flash-attention style). When the max grows at a tile, o and l must
+    be rescaled by exp(m_old − m_new); tiles from ``rescale_from`` on rescale l but not o — a kernel that is
+    right for one tile of keys and wrong past it (``rescale_from=1``); a large ``rescale_from`` is correct."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    lq, lk = s.shape[-2], s.shape[-1]
+    if causal:
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril(diagonal=lk - lq)
+        s = s.masked_fill(~mask, float("-inf"))
+    m = torch.full((*s.shape[:-1], 1), float("-inf"))
+    l_sum = torch.zeros((*s.shape[:-1], 1))
+    o = torch.zeros(*s.shape[:-1], v.shape[-1])
+    for i, start in enumerate(range(0, lk, tile)):
+        st = s[..., start : start + tile]
+        m_new = torch.maximum(m, st.max(-1, keepdim=True).values)
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(st - safe)
+        alpha = torch.exp(torch.where(torch.isinf(m), torch.full_like(m, float("-inf")), m - safe))
+        l_sum = l_sum * alpha + p.sum(-1, keepdim=True)
+        o = (o if i >= rescale_from else o * alpha) + p @ v[..., start : start + tile, :]
+        m = m_new
+    return o / l_sum
+
+
+def chunked_logsumexp(u: torch.Tensor, chunk: int = 32_768, rescale_from: int = 1) -> torch.Tensor:
+    """logsumexp over the last axis in vocabulary chunks with a running max and sum (as fused cross-entropy
+    kernels walk a large vocabulary). Chunks from ``rescale_from`` on add their terms without rescaling the
+    running sum when the max grows — right for one chunk, wrong past it (``rescale_from=1``)."""
+    m = torch.full(u.shape[:-1], float("-inf"), dtype=torch.float32)
+    s = torch.zeros(u.shape[:-1], dtype=torch.float32)
+    for i, start in enumerate(range(0, u.shape[-1], chunk)):
+        c = u[..., start : start + chunk].float()
+        m_new = torch.maximum(m, c.max(-1).values)
+        scale = torch.exp(m - m_new) if i < rescale_from else torch.ones_like(s)
+        s = s * scale + torch.exp(c - m_new[..., None]).sum(-1)
+        m = m_new
+    return m + torch.log(s)

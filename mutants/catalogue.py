@@ -26,13 +26,16 @@ import torch.nn.functional as F
 from mutants.building_blocks import (
     CrossEntropyFusedBackward,
     LinearCrossEntropyFused,
+    RmsNormBlockPathWeightGrad,
     RmsNormGradIntoCotangent,
     RmsNormWeightGradLowPrecision,
     RopeForwardRotationInBackward,
     ScaleGrad,
     SiluSigmoidGrad,
     SquareWithoutTwo,
+    chunked_logsumexp,
     matmul_low_precision_sums,
+    online_softmax_attention,
     rope_variant,
     tree_sum,
 )
@@ -294,6 +297,16 @@ def rms_square_sum_matmul_autocast(a: MutantAdapter) -> None:
         return (xf * torch.rsqrt(ms.float() + _eps(eps, F32_EPS)) * weight.float()).to(x.dtype)
 
     a.impl["rms_norm"] = rms_norm
+
+
+@mutant(
+    "rms_norm",
+    "rms_norm/regime-gradient",
+    "a block path for ≥ 32,768 rows of ≤ 256 features (Liger-Kernel's) that accumulates ∂L/∂γ in the input dtype, "
+    "16 rows at a time (Liger-Kernel 0.6.4); the row path is correct",
+)
+def rms_block_path_weight_grad_input_dtype(a: MutantAdapter) -> None:
+    a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormBlockPathWeightGrad.apply(x, weight, _eps(eps, F32_EPS))
 
 
 # -------------------------------------------------------------------------------------------- layer_norm
@@ -688,6 +701,20 @@ def ce_sums_in_input_dtype(a: MutantAdapter) -> None:
     a.impl["cross_entropy"] = cross_entropy
 
 
+@mutant(
+    "cross_entropy",
+    "cross_entropy/regime-forward",
+    "logsumexp over vocabulary chunks of 32,768 with a running max whose sum is not rescaled when a later chunk "
+    "raises the max: right for vocabularies of one chunk",
+)
+def ce_chunked_no_rescale(a: MutantAdapter) -> None:
+    def cross_entropy(logits: T, targets: T) -> T:
+        lse = chunked_logsumexp(logits)
+        return (lse - logits.float().gather(-1, targets[:, None])[:, 0]).to(logits.dtype)
+
+    a.impl["cross_entropy"] = cross_entropy
+
+
 @mutant("cross_entropy", "cross_entropy/gradient", "fused backward ignores the upstream gradient (assumes it is 1)")
 def ce_grad_ignores_upstream(a: MutantAdapter) -> None:
     a.impl["cross_entropy"] = lambda logits, targets: CrossEntropyFusedBackward.apply(logits, targets, False, 1.0)
@@ -903,6 +930,22 @@ def attention_scale_ignored(a: MutantAdapter) -> None:
         q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
     ) -> T:
         return _attention(q, k, v, causal, softcap, q.shape[-1] ** -0.5, float("-inf"))
+
+
+# --------------------------------------------------------------------------------------------- attention
+
+
+@mutant(
+    "attention",
+    "attention/regime-forward",
+    "online softmax over key tiles of 128 that rescales the running sum but not the output when a later tile "
+    "raises the max: right for up to 128 keys",
+)
+def attention_tile_no_rescale(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        return online_softmax_attention(q.float(), k.float(), v.float(), causal, softcap, scale).to(q.dtype)
 
     a.impl["attention"] = attention
 

@@ -113,6 +113,27 @@ def _narrowed(checks: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _unneeded_declarations(report: dict[str, Any]) -> list[str]:
+    """The declaration lint: declared conventions the candidate did not need (docs/report.md)."""
+    rows = [(a["name"], d) for a in report["adapters"] for d in a.get("declarations", []) if not d["needed"]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Declarations not needed",
+        "",
+        "Each of these declared conventions widens a budget, yet every check it applies to passed within the "
+        "budget computed without it: remove it, so that the checks judge the candidate by the tighter budget.",
+        "",
+        "| adapter | declaration | largest share of the budget without it | checks |",
+        "|---|---|---|---|",
+    ]
+    for name, d in rows:
+        shown = ", ".join(f"`{c}`" for c in d["checks"][:4]) + (" …" if len(d["checks"]) > 4 else "")
+        lines.append(f"| {_esc(name)} | `{_esc(d['declaration'])}` | {100 * d['worst_share']:.0f}% | {shown} |")
+    return lines
+
+
 def _declared_values(a: dict[str, Any]) -> str:
     parts = [
         f"{op} {key} {', '.join(values)}"
@@ -229,6 +250,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         for c in known:
             lines += _failure_block(c)
     lines += _narrowed(checks)
+    lines += _unneeded_declarations(report)
     lines += _expectations(report)
     lines += reached.markdown(report)
     if report.get("seeds"):

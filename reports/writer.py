@@ -139,6 +139,7 @@ def build_report(
                 "conventions": a.conventions.describe(),
                 "capabilities": {op: _capability(c) for op, c in a.capabilities.items()},
                 "environment": _safe_env(a),
+                **({"declarations": lint} if (lint := declaration_lint(checks, a.name)) else {}),
             }
             for a in adapters
         ],
@@ -147,6 +148,24 @@ def build_report(
         "checks": checks,
         **({"reached": dict(reached)} if reached else {}),
     }
+
+
+def declaration_lint(checks: Sequence[dict[str, Any]], adapter: str) -> list[dict[str, Any]]:
+    """For each loosening declaration of ``adapter`` some check measured (``extra.without``: the largest share
+    of the budget computed without it), whether any check needed it: a check that did not pass, or a share
+    over 1. An unneeded declaration widens budgets the candidate does not use (docs/report.md)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for c in checks:
+        if c["adapter"] != adapter:
+            continue
+        for name, used in (c.get("extra") or {}).get("without", {}).items():
+            d = seen.setdefault(name, {"declaration": name, "needed": False, "worst_share": 0.0, "checks": []})
+            d["worst_share"] = max(d["worst_share"], float(used))
+            d["needed"] = d["needed"] or float(used) > 1.0 or c["status"] not in ("passed", "unexpectedly_passed")
+            label = f"{c['check']} {c['dtype'] or ''}".strip()
+            if label not in d["checks"]:
+                d["checks"].append(label)
+    return [seen[k] for k in sorted(seen)]
 
 
 def _capability(c: Any) -> dict[str, Any]:

@@ -184,11 +184,26 @@ def mean(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
     return Tracked(v, e + _store(r, v, unit), np.mean(a.m, axis=-1, keepdims=True))
 
 
-def sum_rows(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
-    """Sum over every axis but the last (a per-feature parameter's gradient)."""
+def sum_rows(r: Rounding, a: Tracked, unit: float | None = None, shared: F64 | None = None) -> Tracked:
+    """Sum over every axis but the last (a per-feature parameter's gradient).
+
+    ``shared``: the part of each term's error bound that may be common to many terms (errors of working
+    precision carried in from statistics and constants). The rest of ``a.e`` comes from roundings of the
+    terms themselves — each product or stored intermediate rounded once, at its own value — which the
+    probabilistic model of Higham & Mary (2019) treats as independent and mean-independent: by Hoeffding's
+    inequality their sum exceeds λ·√(Σ eᵢ²) with probability below 2·exp(−λ²/2), where the worst case
+    Σ eᵢ grows with the row count. The bound is the smaller of the two, so for at most λ² = 64 rows it is
+    the worst case (docs/tolerance.md, "Long reductions").
+    """
     a2v, a2e, a2m = (t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m))
     v = a2v.sum(axis=0)
-    e = a2e.sum(axis=0) + r.gamma(a2v.shape[0]) * np.abs(a2v).sum(axis=0) + a2v.shape[0] * r.eta_sum
+    if shared is None:
+        carried = a2e.sum(axis=0)
+    else:
+        common = np.minimum(np.broadcast_to(shared, a.e.shape).reshape(a2e.shape), a2e)
+        own = a2e - common
+        carried = common.sum(axis=0) + np.minimum(own.sum(axis=0), LAMBDA * np.sqrt(np.sum(own * own, axis=0)))
+    e = carried + r.gamma(a2v.shape[0]) * np.abs(a2v).sum(axis=0) + a2v.shape[0] * r.eta_sum
     return Tracked(v, e + _store(r, v, unit), a2m.sum(axis=0))
 
 

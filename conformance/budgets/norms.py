@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,25 @@ def _before_weight_unit(conv: Conventions, dtype: Format) -> float | None:
     return dtype.unit_roundoff if conv.norm_rounding == "before_weight" else None
 
 
+def _weight_grad(
+    r: Rounding, conv: Conventions, dtype: Format, g: Tracked, xhat_at: Callable[[Rounding, float | None], Tracked]
+) -> Tracked:
+    """∂L/∂γ = Σ over rows of g ⊙ x̂, x̂ as the backward holds it (``xhat_at(rounding, unit)``).
+
+    The terms' roundings in the input dtype (x̂ stored, the products rounded where declared unfused or
+    "before_weight") are each a rounding of one element: their sum over many rows is bounded by the
+    probabilistic root-sum-square (``em.sum_rows``). What the terms carry at working precision (the
+    statistics, shared by a row's features) is the same terms' error with nothing stored in the input
+    dtype, and is summed as a worst case.
+    """
+    terms = em.mul(r, g, xhat_at(r, _before_weight_unit(conv, dtype)))
+    if terms.v.size <= em.LAMBDA**2 * terms.v.shape[-1]:
+        return em.sum_rows(r, terms, unit=r.u_work)  # at most λ² rows: the worst case is the smaller bound
+    fused = dataclasses.replace(r, u_mid=r.u_work)
+    shared = em.mul(fused, g, xhat_at(fused, None)).e
+    return em.sum_rows(r, terms, unit=r.u_work, shared=shared)
+
+
 def rms_norm_vjp(
     inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
 ) -> dict[str, Tracked]:
@@ -81,6 +101,10 @@ def rms_norm_vjp(
     x, w, g = em.exact(inputs["x"]), _norm_weight(r, inputs["weight"], conv, dtype), em.exact(g64)
     eps = resolve_eps("rms_norm", params.get("eps"), dtype, conv)
     _, rinv = norm_stats(r, x, eps, centred=False)
+
+    def rinv_at(q: Rounding) -> Tracked:
+        return rinv if q == r else norm_stats(q, x, eps, centred=False)[1]
+
     xhat = em.mul(r, x, rinv)
     lowp = _before_weight_unit(conv, dtype)  # the weight multiply and its backward run in the dtype
     gw = em.mul(r, g, w, unit=lowp)
@@ -88,8 +112,7 @@ def rms_norm_vjp(
     # two paths reach x (directly, and through mean(x²)); autodiff rounds each partial gradient where it
     # stores intermediates, after the factor r, and then sums them
     dx = em.sub(r, em.mul(r, rinv, gw), em.mul(r, rinv, em.mul(r, xhat, c)), unit=r.u_work)
-    xhat_stored = em.mul(r, x, rinv, unit=lowp)
-    return {"x": dx, "weight": em.sum_rows(r, em.mul(r, g, xhat_stored), unit=r.u_work)}
+    return {"x": dx, "weight": _weight_grad(r, conv, dtype, g, lambda q, unit: em.mul(q, x, rinv_at(q), unit=unit))}
 
 
 def layer_norm_vjp(
@@ -106,8 +129,13 @@ def layer_norm_vjp(
     direct = em.mul(r, rinv, gw)
     via_mean = em.mul(r, rinv, em.mean(r, gw))
     via_var = em.mul(r, rinv, em.mul(r, xhat, em.mean(r, em.mul(r, gw, xhat))))
+
+    def xhat_at(q: Rounding, unit: float | None) -> Tracked:
+        c, ri = (xc, rinv) if q == r else norm_stats(q, x, eps, centred=True, variance=conv.variance)
+        return em.mul(q, c, ri, unit=unit)
+
     return {
         "x": em.sub(r, em.sub(r, direct, via_mean), via_var, unit=r.u_work),
-        "weight": em.sum_rows(r, em.mul(r, g, em.mul(r, xc, rinv, unit=lowp)), unit=r.u_work),
+        "weight": _weight_grad(r, conv, dtype, g, xhat_at),
         "bias": em.sum_rows(r, g, unit=r.u_work),
     }

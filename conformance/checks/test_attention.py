@@ -10,12 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.agreement import agree
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import UNSUPPORTED, check
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.attention import causal_mask
@@ -319,3 +321,33 @@ def test_rope_attention_relative(adapter: Adapter, dtype: Format, record: Record
         "rope_attention", values, case.params, adapter.conventions, dtype
     )
     agree(y2, a2, y, a, dtype, record, f"output with positions shifted by {t}", call, exact_gap=gap)
+
+
+REGIMES = "520 keys (past tiles of 64–512 keys) and 64 query heads over 8 KV heads"
+
+
+@check(
+    "attention/regime-forward",
+    "attention",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="attention",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "attention", data.draw(sizes.attention_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "attention/regime-gradient",
+    "attention",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="attention",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "attention", data.draw(sizes.attention_cases(dtype), label="cases"), dtype, record)

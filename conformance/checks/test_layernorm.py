@@ -7,11 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import check_invariance, run
 from transformer_conformance.conformance.harness.series import Along
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.reference.formats import Format
 
 CITE = "seed-000 §Normalization: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β; seed-002 §3.2.1: σ² = (1/d) Σ (x_j − μ)²"
@@ -90,3 +92,37 @@ def test_standardises(adapter: Adapter, dtype: Format, record: Record, data: st.
             f"biased variance of row {row}: got {np.mean(y[row] ** 2):.8g}, should be "
             f"{want_var[row]:.8g} ± {var_tol[row]:.3g} [{call}]"
         )
+
+
+REGIMES = "32,768 rows × 64 (block kernels, ∂γ and ∂β summed over many rows) and 2 × 8192 (long rows)"
+
+
+@check(
+    "layer_norm/regime-forward",
+    "layer_norm",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="layer_norm",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(
+        adapter, "layer_norm", data.draw(sizes.norm_cases(dtype, with_bias=True), label="cases"), dtype, record
+    )
+
+
+@check(
+    "layer_norm/regime-gradient",
+    "layer_norm",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="layer_norm",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(
+        adapter, "layer_norm", data.draw(sizes.norm_cases(dtype, with_bias=True), label="cases"), dtype, record
+    )

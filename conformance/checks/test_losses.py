@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import (
     CheckFailure,
     Record,
@@ -18,6 +19,7 @@ from transformer_conformance.conformance.harness.compare import (
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import check_invariance
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.reference.formats import Format
 
 ZCITE = "seed-002 §3.2.2: z-loss adds α·[z(x)]², z = log Σ exp(u_v); PaLM's α = 10⁻⁴"
@@ -114,3 +116,33 @@ def test_z_loss_default_alpha(adapter: Adapter, dtype: Format, record: Record, d
             f"z-loss without α: got {np.asarray(got).astype(np.float64).tolist()}, should be "
             f"{np.asarray(explicit).astype(np.float64).tolist()} (α = 1e-4) [{call}]"
         )
+
+
+REGIMES = "a vocabulary of 131,072 (chunked and online-softmax losses)"
+
+
+@check(
+    "cross_entropy/regime-forward",
+    "cross_entropy",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CECITE,
+    op="cross_entropy",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "cross_entropy", data.draw(sizes.logits_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "cross_entropy/regime-gradient",
+    "cross_entropy",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CECITE,
+    op="cross_entropy",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "cross_entropy", data.draw(sizes.logits_cases(dtype), label="cases"), dtype, record)

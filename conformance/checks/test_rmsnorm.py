@@ -7,11 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import check_invariance
 from transformer_conformance.conformance.harness.series import Along
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.reference.formats import Format
 
 CITE = "seed-000 §Normalization: RMSNorm(x) = γ ⊙ x / √(mean(x²) + ε); seed-002 §3.2.1"
@@ -47,3 +49,37 @@ def test_scale_invariance(adapter: Adapter, dtype: Format, record: Record, data:
     if not np.array_equal(scaled["x"].astype(np.float64), case.values()["x"] * 2.0**power):
         return  # c·x left the dtype's normal range: the statement is about exact rescaling
     check_invariance(adapter, "rms_norm", case, scaled, dtype, record, f"c = 2^{power}")
+
+
+REGIMES = "32,768 rows × 64 (block kernels, ∂γ summed over many rows) and 2 × 8192 (long rows)"
+
+
+@check(
+    "rms_norm/regime-forward",
+    "rms_norm",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="rms_norm",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(
+        adapter, "rms_norm", data.draw(sizes.norm_cases(dtype, with_bias=False), label="cases"), dtype, record
+    )
+
+
+@check(
+    "rms_norm/regime-gradient",
+    "rms_norm",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="rms_norm",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(
+        adapter, "rms_norm", data.draw(sizes.norm_cases(dtype, with_bias=False), label="cases"), dtype, record
+    )

@@ -9,11 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.harness.series import Along
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.rope import rope_pair_indices
@@ -167,3 +169,33 @@ def test_worked_example(adapter: Adapter, dtype: Format, record: Record, positio
             )
     if abs(s[0] - s[1]) > err[0] + err[1]:
         raise CheckFailure(f"score at (0, 2): got {s[1]:.6g}, should be {s[0]:.6g}, the score at (3, 5) [{call}]")
+
+
+REGIMES = "32 heads × 300 positions × 128 features"
+
+
+@check(
+    "rope/regime-forward",
+    "rope",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="rope",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "rope", data.draw(sizes.rope_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "rope/regime-gradient",
+    "rope",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="rope",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "rope", data.draw(sizes.rope_cases(dtype), label="cases"), dtype, record)

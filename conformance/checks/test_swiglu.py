@@ -10,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.swiglu import mlp_param_count, swiglu_hidden_dim
 
@@ -84,3 +86,33 @@ def test_parameter_parity(adapter: Adapter, record: Record, d: int, multiple: in
             f"parameters: got 3·d·h = {gated:,} at h = {h}, should be within (−3d, 3d·{multiple}) of "
             f"2·d·4d = {dense:,} [{call}]"
         )
+
+
+REGIMES = "d = 8192 and h = 8192 (long reductions into and out of the hidden layer)"
+
+
+@check(
+    "swiglu/regime-forward",
+    "swiglu",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="swiglu_mlp",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "swiglu_mlp", data.draw(sizes.swiglu_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "swiglu/regime-gradient",
+    "swiglu",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    CITE,
+    op="swiglu_mlp",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "swiglu_mlp", data.draw(sizes.swiglu_cases(dtype), label="cases"), dtype, record)
