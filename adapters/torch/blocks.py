@@ -60,7 +60,7 @@ def attention_f32(
         if not SDPA_GQA:
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        gqa = {"enable_gqa": True} if SDPA_GQA else {}
+        gqa: dict[str, Any] = {"enable_gqa": True} if SDPA_GQA else {}
         if causal and alignment == "top_left":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, **gqa)
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
