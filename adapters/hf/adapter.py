@@ -10,7 +10,9 @@ Three adapters, one per RMSNorm variant, because a model ships exactly one of th
 * ``hf-t5`` — ``T5LayerNorm`` (an RMSNorm: no mean, no bias).
 
 Every module is built in the dtype under test (as in a bfloat16 model) and given the suite's parameters;
-gradients come from autograd. Declared, from the source and measured on transformers 5.24 / torch 2.13
+gradients come from autograd. The releases supported are transformers 4.45 to 5.x (adapters/versions.py); the
+RoPE scaling is configured in each major's form, and what a release cannot set is refused
+(adapters/hf/rope_config.py). Declared, from the source and measured on transformers 5.24 / torch 2.13
 (CPU):
 
 * ``LlamaRMSNorm`` and ``T5LayerNorm`` compute x·rsqrt(mean(x²) + ε) in float32, cast it to the input
