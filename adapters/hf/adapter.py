@@ -71,7 +71,7 @@ from transformer_conformance.adapters.torch.tensors import input_tensors, to_num
 try:
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
 except ImportError:  # before 4.48 eager attention is a method of Gemma2Attention: attention is not declared
-    gemma2_eager_attention = None
+    gemma2_eager_attention = None  # type: ignore[assignment]
 
 #: eps of the three norms' constructors (LlamaConfig().rms_norm_eps is the same 1e-6)
 DEFAULT_EPS = 1e-6

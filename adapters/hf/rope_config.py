@@ -49,7 +49,7 @@ def settable(kind: str) -> bool:
 
 def uses_rope_parameters(config_cls: type) -> bool:
     """Whether the configuration class takes ``rope_parameters`` (5.x) rather than ``rope_scaling`` (4.x)."""
-    return "rope_parameters" in inspect.signature(config_cls.__init__).parameters
+    return "rope_parameters" in inspect.signature(config_cls).parameters
 
 
 class _Unrecognised(logging.Handler):
