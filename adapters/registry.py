@@ -90,6 +90,8 @@ def load_adapter(spec: str, device: str = "cpu") -> Adapter:
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except ContractError as exc:  # a release the adapter does not support (adapters/versions.py): its own line
+        raise AdapterLoadError(f"adapter {spec!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
         raise AdapterLoadError(
             f"adapter {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
@@ -102,6 +104,8 @@ def load_adapter(spec: str, device: str = "cpu") -> Adapter:
         try:
             params = inspect.signature(obj).parameters
             obj = obj(device=device) if "device" in params else obj()
+        except ContractError as exc:
+            raise AdapterLoadError(f"adapter {spec!r}: {exc}") from None
         except Exception as exc:  # noqa: BLE001
             raise AdapterLoadError(f"adapter {spec!r}: building it failed: {type(exc).__name__}: {exc}") from None
     try:

@@ -57,8 +57,10 @@ def test_declarations() -> None:
 @pytest.mark.parametrize("version", ["1.31.1", "1.33.0", "2.0.0", "nightly"])
 def test_other_versions_refused(version: str) -> None:
     from transformer_conformance.adapters.onnxruntime.adapter import check_version
+    from transformer_conformance.adapters.versions import UnsupportedVersion
 
-    with pytest.raises(RuntimeError, match=f"supports onnxruntime 1.32.x .* not {version}$"):
+    match = f"^onnxruntime {version} is not supported: the onnxruntime adapter supports onnxruntime >= 1.32, < 1.33$"
+    with pytest.raises(UnsupportedVersion, match=match):
         check_version(version)
     check_version("1.32.0")
     check_version("1.32.3+cpu")
@@ -165,11 +167,12 @@ def _export_adapter():  # type: ignore[no-untyped-def]
 def test_export_versions_refused() -> None:
     pytest.importorskip("onnxscript")
     from transformer_conformance.adapters.onnxruntime.export import check_export_versions
+    from transformer_conformance.adapters.versions import UnsupportedVersion
 
     check_export_versions("2.13.0+cpu", "0.7.2")
-    with pytest.raises(RuntimeError, match=r"supports torch 2\.13\.x .* not 2\.12\.1$"):
+    with pytest.raises(UnsupportedVersion, match=r"^torch 2\.12\.1 is not supported: .* torch >= 2\.13, < 2\.14$"):
         check_export_versions("2.12.1", "0.7.2")
-    with pytest.raises(RuntimeError, match=r"supports onnxscript 0\.7\.x .* not 0\.8\.0$"):
+    with pytest.raises(UnsupportedVersion, match=r"^onnxscript 0\.8\.0 is not supported: .* >= 0\.7, < 0\.8$"):
         check_export_versions("2.13.0", "0.8.0")
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from flax import linen, nnx
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
 jax.config.update("jax_platforms", "cpu")
 
@@ -97,8 +98,11 @@ class FlaxLinenAdapter:
 
     name = "flax"
     api = "linen"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["flax"]
 
     def __init__(self, device: str = "cpu", output: str = "cast") -> None:
+        require(self.name, self.supported)
         if device != "cpu":
             raise RuntimeError(f"the {self.name} adapter runs on the CPU only, not {device!r}")
         if output not in ("cast", "module"):
@@ -117,7 +121,13 @@ class FlaxLinenAdapter:
         self.capabilities = {op: Capability() for op in ("rms_norm", "layer_norm")}
 
     def environment(self) -> dict[str, str]:
-        return {"flax": flax.__version__, "jax": jax.__version__, "numpy": np.__version__, "device": "cpu"}
+        return {
+            "flax": flax.__version__,
+            "jax": jax.__version__,
+            "numpy": np.__version__,
+            "device": "cpu",
+            "supports": describe(self.supported),
+        }
 
     def _args(self, op: str, inputs: Mapping[str, np.ndarray]) -> tuple[jax.Array, tuple[jax.Array, ...]]:
         # the parameters as the module holds them by default: float32 (exact for every tested dtype)

@@ -10,7 +10,9 @@ Three adapters, one per RMSNorm variant, because a model ships exactly one of th
 * ``hf-t5`` — ``T5LayerNorm`` (an RMSNorm: no mean, no bias).
 
 Every module is built in the dtype under test (as in a bfloat16 model) and given the suite's parameters;
-gradients come from autograd. Declared, from the source and measured on transformers 5.24 / torch 2.13
+gradients come from autograd. The releases supported are transformers 4.45 to 5.x (adapters/versions.py); the
+RoPE scaling is configured in each major's form, and what a release cannot set is refused
+(adapters/hf/rope_config.py). Declared, from the source and measured on transformers 5.24 / torch 2.13
 (CPU):
 
 * ``LlamaRMSNorm`` and ``T5LayerNorm`` compute x·rsqrt(mean(x²) + ε) in float32, cast it to the input
@@ -43,19 +45,35 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any, cast
 
-import numpy as np
-import torch
-import transformers
-from torch import nn
-from transformers import LlamaConfig
-from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
-from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
-from transformers.models.t5.modeling_t5 import T5LayerNorm
+from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
-from transformer_conformance.adapters.torch.adapter import with_autocast
-from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch
+# the releases the hf adapters support (adapters/versions.py), refused before transformers is imported: an
+# older release fails on the imports below, or builds something else
+require("hf", SUPPORTED["hf-llama"])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from torch import nn  # noqa: E402
+from transformers import LlamaConfig  # noqa: E402
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm  # noqa: E402
+from transformers.models.llama.modeling_llama import (  # noqa: E402
+    LlamaMLP,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+from transformers.models.t5.modeling_t5 import T5LayerNorm  # noqa: E402
+
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions  # noqa: E402
+from transformer_conformance.adapters.hf.rope_config import check_rotary, rotary_config, settable  # noqa: E402
+from transformer_conformance.adapters.torch.adapter import with_autocast  # noqa: E402
+from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch  # noqa: E402
+
+try:
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
+except ImportError:  # before 4.48 eager attention is a method of Gemma2Attention: attention is not declared
+    gemma2_eager_attention = None  # type: ignore[assignment]
 
 #: eps of the three norms' constructors (LlamaConfig().rms_norm_eps is the same 1e-6)
 DEFAULT_EPS = 1e-6
@@ -72,22 +90,8 @@ def _rotary(rotary_dim: int, base: float, scaling: tuple[tuple[str, Any], ...] =
     state between calls."""
     rule: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in scaling}  # LongRoPE's lists
     kind = rule.pop("type", "default")
-    original = int(rule.get("original_max_position_embeddings", 2048))
-    if kind == "dynamic":
-        # HF's dynamic NTK reads the trained length from max_position_embeddings, not from its parameters
-        rule.pop("original_max_position_embeddings")
-        longest = original
-    else:
-        # what a configuration that extends its context says: the extended length
-        longest = int(original * rule.get("factor", 1.0)) + 1
-    config = LlamaConfig(
-        hidden_size=rotary_dim,
-        num_attention_heads=1,
-        head_dim=rotary_dim,
-        max_position_embeddings=longest,
-        rope_parameters={"rope_type": kind, "rope_theta": base, **rule},
-    )
-    return LlamaRotaryEmbedding(config)
+    # by keyword: 4.x takes (dim, max_position_embeddings, ...) positionally, config= last
+    return check_rotary(LlamaRotaryEmbedding(config=rotary_config(LlamaConfig, kind, rotary_dim, base, rule)), kind)
 
 
 @cache
@@ -133,6 +137,8 @@ class _HFAdapter:
 
     name = ""
     norm: type[nn.Module] = LlamaRMSNorm
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["hf-llama"]
 
     def __init__(self, device: str = "cpu") -> None:
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -153,6 +159,7 @@ class _HFAdapter:
             "torch": torch.__version__,
             "numpy": np.__version__,
             "device": self.device,
+            "supports": describe(self.supported),
         }
 
     def norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
@@ -197,6 +204,7 @@ class _HFAdapter:
         # the function reads only these attributes of the attention module
         groups = q.shape[1] // k.shape[1]
         module = cast(nn.Module, SimpleNamespace(head_dim=q.shape[-1], num_key_value_groups=groups, training=False))
+        assert gemma2_eager_attention is not None  # declared only where the release has it
         out, _ = gemma2_eager_attention(module, q, k, v, mask, dropout=0.0, scaling=scale, softcap=softcap)
         return out.transpose(1, 2)  # HF returns (B, L_q, H, D_v)
 
@@ -256,8 +264,10 @@ class HFLlamaAdapter(_HFAdapter):
             eps_defaults={"rms_norm": DEFAULT_EPS, "layer_norm": DEFAULT_EPS},
             causal_alignment="bottom_right",
         )
-        caps = {op: Capability() for op in ("rms_norm", "rope", "swiglu_mlp", "attention")}
-        caps["rope_scaled"] = Capability(values={"scaling.type": HF_SCALING_TYPES})
+        ops = ("rms_norm", "rope", "swiglu_mlp") + (("attention",) if gemma2_eager_attention is not None else ())
+        caps = {op: Capability() for op in ops}
+        rules = frozenset(kind for kind in HF_SCALING_TYPES if settable(kind))  # LongRoPE: 4.48 on
+        caps["rope_scaled"] = Capability(values={"scaling.type": rules})
         self.capabilities = with_autocast(caps)
 
 

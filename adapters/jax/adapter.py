@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
 jax.config.update("jax_platforms", "cpu")
 
@@ -125,8 +126,11 @@ class JaxAdapter:
     """The built-in ``jax`` adapter (CPU)."""
 
     name = "jax"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["jax"]
 
     def __init__(self, device: str = "cpu") -> None:
+        require(self.name, self.supported)
         if device != "cpu":
             raise RuntimeError(f"the jax adapter runs on the CPU only, not {device!r}")
         self.conventions = Conventions(
@@ -150,7 +154,13 @@ class JaxAdapter:
     def environment(self) -> dict[str, str]:
         import jaxlib
 
-        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__, "device": "cpu"}
+        return {
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "numpy": np.__version__,
+            "device": "cpu",
+            "supports": describe(self.supported),
+        }
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         if op == "swiglu_hidden_dim":

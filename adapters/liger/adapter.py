@@ -64,12 +64,20 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import version
 
 import torch
+
+from transformer_conformance.adapters.versions import SUPPORTED, require
+
+# the releases the liger adapters support (adapters/versions.py), refused before Liger is imported. What a
+# release lacks (squared ReLU before 0.8, a partial rotary width in the RoPE kernel before 0.8.5) is worked
+# around as model code of that release does, or not declared
+require("liger", SUPPORTED["liger"])
 
 #: Triton (or Liger) was imported before this module without the interpreter: too late to interpret
 _IMPORTED_COMPILED = (
@@ -84,14 +92,15 @@ import liger_kernel.ops.cross_entropy  # noqa: E402
 import liger_kernel.ops.geglu  # noqa: E402
 import liger_kernel.ops.layer_norm  # noqa: E402
 import liger_kernel.ops.rms_norm  # noqa: E402
+import liger_kernel.ops.rope  # noqa: E402
 import liger_kernel.ops.swiglu  # noqa: E402
+import liger_kernel.transformers.functional as functional  # noqa: E402
 import triton  # noqa: E402
 from liger_kernel.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
     liger_fused_linear_cross_entropy,
     liger_geglu,
     liger_layer_norm,
-    liger_relu_squared,
     liger_rms_norm,
     liger_rope,
     liger_swiglu,
@@ -115,6 +124,10 @@ _LOSSES = ("cross_entropy", "cross_entropy_mean", "z_loss", "softcap_z_loss", "l
 #: eps of LigerRMSNorm and LigerLayerNorm (the functions have no default)
 DEFAULT_EPS = 1e-6
 
+#: the RoPE kernel rotates only the first ``rotary_dim`` of a head itself (0.8.5 on); before, model code
+#: rotates x[..., :rotary_dim] through it and passes the rest, as HF's partial-rotary models do
+ROPE_ROTARY_DIM = "rotary_dim" in inspect.signature(liger_kernel.ops.rope.LigerRopeFunction.forward).parameters
+
 #: backwards that write their result into the incoming gradient (measured, docs/adapters.md): RMSNorm's
 #: (``in_place=True``, its default, in every casting mode) always; RoPE's whenever the gradient's
 #: (batch, seq, heads, dim) view is contiguous, as its forward does with q
@@ -132,9 +145,8 @@ def _cos_sin(positions: torch.Tensor, rd: int, base: float) -> tuple[torch.Tenso
 def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
         w = adapter.stored_weight(weight)
-        return liger_rms_norm(
-            x, w, DEFAULT_EPS if eps is None else eps, offset=adapter.offset, casting_mode=adapter.casting_mode
-        )
+        # positional: before 0.5 liger_rms_norm is the autograd Function's apply
+        return liger_rms_norm(x, w, DEFAULT_EPS if eps is None else eps, adapter.offset, adapter.casting_mode)
 
     def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float | None = None) -> torch.Tensor:
         return liger_layer_norm(x, weight, bias, DEFAULT_EPS if eps is None else eps)
@@ -146,8 +158,13 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         rd = d if rotary_dim is None else rotary_dim
         cos, sin = _cos_sin(positions, rd, float(base))
         q = x.reshape(1, -1, t, d)  # (batch, heads, T, d), the layout liger_rope takes
+        if not ROPE_ROTARY_DIM and rd < d:
+            q_rot, q_pass = q[..., :rd].contiguous(), q[..., rd:]
+            k = torch.zeros((1, 1, t, rd), dtype=x.dtype, device=x.device)
+            q_out, _ = liger_rope(q_rot, k, cos, sin)
+            return torch.cat((q_out, q_pass), dim=-1).reshape(x.shape)
         k = torch.zeros((1, 1, t, d), dtype=x.dtype, device=x.device)  # the kernel rotates q and k together
-        q_out, _ = liger_rope(q, k, cos, sin, rotary_dim=rd)
+        q_out, _ = liger_rope(q, k, cos, sin, rotary_dim=rd) if ROPE_ROTARY_DIM else liger_rope(q, k, cos, sin)
         return q_out.reshape(x.shape)
 
     def swiglu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -173,7 +190,7 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         out = liger_cross_entropy(
             logits, targets, reduction="none", lse_square_scale=alpha, softcap=softcap, return_z_loss=True
         )
-        return out.z_loss
+        return out.z_loss if hasattr(out, "z_loss") else out[1]  # a (loss, z_loss) tuple before 0.6
 
     def z_loss(logits: torch.Tensor, alpha: float = 1e-4) -> torch.Tensor:
         return _z(logits, alpha, None)
@@ -225,7 +242,9 @@ GLU_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
     "silu": liger_swiglu,
     "gelu_tanh": liger_geglu,
 }
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu_squared": liger_relu_squared}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = (
+    {"relu_squared": functional.liger_relu_squared} if hasattr(functional, "liger_relu_squared") else {}
+)
 
 
 def _kernel(kernels: dict[str, Callable[..., torch.Tensor]], activation: str) -> Callable[..., torch.Tensor]:
@@ -251,6 +270,8 @@ class LigerAdapter(TorchAdapter):
     name = "liger"
     casting_mode = "llama"
     offset = 0.0
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["liger"]
 
     def __init__(self, device: str = "cpu") -> None:
         _check_device(device)
@@ -298,7 +319,8 @@ class LigerAdapter(TorchAdapter):
         caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss", "z_loss_mean")}
         caps["linear_cross_entropy"] = Capability(dtypes=dtypes)
         caps["glu_mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(GLU_PRODUCTS)})
-        caps["mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(ACTIVATIONS)})
+        if ACTIVATIONS:  # squared ReLU, Liger's one plain-MLP kernel, is 0.8's
+            caps["mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(ACTIVATIONS)})
         return caps
 
     def stored_weight(self, weight: torch.Tensor) -> torch.Tensor:

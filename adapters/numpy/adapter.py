@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 from transformer_conformance.reference import accounting, oracle
 from transformer_conformance.reference.formats import dtype_name, fmt
 from transformer_conformance.reference.mlp import ffn_hidden_dim
@@ -26,8 +27,11 @@ class NumpyAdapter:
     """The built-in ``numpy`` adapter."""
 
     name = "numpy"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["numpy"]
 
     def __init__(self, rope_layout: str = "interleaved", causal_alignment: str = "bottom_right") -> None:
+        require(self.name, self.supported)
         self.conventions = Conventions(
             rope_layout=rope_layout,  # type: ignore[arg-type]
             causal_alignment=causal_alignment,  # type: ignore[arg-type]
@@ -38,7 +42,7 @@ class NumpyAdapter:
         self.capabilities = {op: Capability() for op in OPS}
 
     def environment(self) -> dict[str, str]:
-        return {"numpy": np.__version__, "device": "cpu"}
+        return {"numpy": np.__version__, "device": "cpu", "supports": describe(self.supported)}
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         if op == "ffn_hidden_dim":

@@ -54,9 +54,7 @@ from onnx import TensorProto, helper
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
 from transformer_conformance.adapters.onnxruntime import graphs
 from transformer_conformance.adapters.onnxruntime.graphs import ELEM
-
-#: onnxruntime versions this adapter is measured on: [low, high) as (major, minor)
-SUPPORTED = ((1, 32), (1, 33))
+from transformer_conformance.adapters.versions import ONNXRUNTIME, SUPPORTED, describe, require
 
 DTYPE_NAMES = {
     np.dtype(np.float32): "float32",
@@ -69,17 +67,8 @@ ALL = frozenset({"float32", "float16", "bfloat16"})
 
 
 def check_version(version: str = ort.__version__) -> None:
-    """Refuse, with one line, an onnxruntime outside the versions the adapter's declarations were measured on."""
-    (lo, hi), parts = SUPPORTED, version.split("+")[0].split(".")
-    try:
-        have = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
-        have = (-1, -1)
-    if not lo <= have < hi:
-        raise RuntimeError(
-            f"the onnxruntime adapter supports onnxruntime {lo[0]}.{lo[1]}.x (its conventions are measured there), "
-            f"not {version}"
-        )
+    """Refuse, with one line, an onnxruntime outside the releases the adapter's declarations were measured on."""
+    require("onnxruntime", (ONNXRUNTIME,), {"onnxruntime": version})
 
 
 def rope_cache(positions: np.ndarray, rd: int, base: float) -> tuple[np.ndarray, np.ndarray]:
@@ -93,9 +82,11 @@ class OnnxRuntimeAdapter:
     """The built-in ``onnxruntime`` adapter: standard ONNX operators on the CPU execution provider."""
 
     name = "onnxruntime"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["onnxruntime"]
 
     def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
-        check_version()
+        require(self.name, self.supported)
         # what the graphs are built with (the declarations below say the same; a test changes only those)
         self.interleaved = rope_layout == "interleaved"
         self.cache_for_causal = causal_alignment == "bottom_right"
@@ -138,6 +129,7 @@ class OnnxRuntimeAdapter:
             "onnx": onnx.__version__,
             "numpy": np.__version__,
             "provider": "CPUExecutionProvider",
+            "supports": describe(self.supported),
             "device": "cpu",
         }
 

@@ -28,27 +28,13 @@ import torch
 
 from transformer_conformance.adapters.contract import OPS, Capability
 from transformer_conformance.adapters.onnxruntime import graphs
-from transformer_conformance.adapters.onnxruntime.adapter import DTYPE_NAMES, check_version
+from transformer_conformance.adapters.onnxruntime.adapter import DTYPE_NAMES
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
 from transformer_conformance.adapters.torch.tensors import to_torch
-
-#: torch versions whose exporter this adapter is measured with: [low, high) as (major, minor)
-TORCH_SUPPORTED = ((2, 13), (2, 14))
+from transformer_conformance.adapters.versions import ONNXSCRIPT, SUPPORTED, TORCH_EXPORTER, describe, require
 
 ALL = frozenset({"float32", "float16", "bfloat16"})
 F32_F16 = frozenset({"float32", "float16"})
-
-
-#: onnxscript versions (the exporter's translation and optimiser) it is measured with
-ONNXSCRIPT_SUPPORTED = ((0, 7), (0, 8))
-
-
-def _minor(version: str) -> tuple[int, int]:
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return -1, -1
 
 
 def check_export_versions(torch_version: str = torch.__version__, onnxscript_version: str | None = None) -> None:
@@ -57,15 +43,8 @@ def check_export_versions(torch_version: str = torch.__version__, onnxscript_ver
         from importlib.metadata import version
 
         onnxscript_version = version("onnxscript")
-    for lib, have, (lo, hi) in (
-        ("torch", torch_version, TORCH_SUPPORTED),
-        ("onnxscript", onnxscript_version, ONNXSCRIPT_SUPPORTED),
-    ):
-        if not lo <= _minor(have) < hi:
-            raise RuntimeError(
-                f"the onnxruntime-export adapter supports {lib} {lo[0]}.{lo[1]}.x (its exporter is measured there), "
-                f"not {have}"
-            )
+    versions = {"torch": torch_version, "onnxscript": onnxscript_version}
+    require("onnxruntime-export", (TORCH_EXPORTER, ONNXSCRIPT), versions)
 
 
 def shape_pattern(arrays: list[np.ndarray]) -> tuple[tuple[int | str, ...], ...]:
@@ -89,13 +68,14 @@ class OnnxRuntimeExportAdapter:
     """The built-in ``onnxruntime-export`` adapter: torch code through ``torch.onnx.export`` into ONNX Runtime."""
 
     name = "onnxruntime-export"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported = SUPPORTED["onnxruntime-export"]
 
     #: the torch adapter's operations this adapter exports
     EXPORTED = ("rms_norm", "layer_norm", "rope", "swiglu_mlp", "cross_entropy", "z_loss")
 
     def __init__(self, device: str = "cpu") -> None:
-        check_version()
-        check_export_versions()
+        require(self.name, self.supported)
         if device != "cpu":
             raise RuntimeError(
                 f"the onnxruntime-export adapter runs on the CPU execution provider only, not {device!r}"
@@ -122,6 +102,7 @@ class OnnxRuntimeExportAdapter:
             "torch": torch.__version__,
             "numpy": np.__version__,
             "provider": "CPUExecutionProvider",
+            "supports": describe(self.supported),
             "device": "cpu",
         }
 

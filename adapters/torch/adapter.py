@@ -18,6 +18,7 @@ from transformer_conformance.adapters.contract import AUTOCAST, AUTOCAST_DTYPES,
 from transformer_conformance.adapters.torch import blocks
 from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
 from transformer_conformance.adapters.torch.tensors import input_tensors, rope_torch, to_numpy, to_torch
+from transformer_conformance.adapters.versions import SUPPORTED, Supported, describe, require
 
 
 def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
@@ -122,8 +123,11 @@ class TorchAdapter:
     """The built-in ``torch`` adapter."""
 
     name = "torch"
+    #: the releases it supports (adapters/versions.py; docs/adapters.md)
+    supported: tuple[Supported, ...] = SUPPORTED["torch"]
 
     def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
+        require(self.name, self.supported)
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
         self.device = device
@@ -167,6 +171,7 @@ class TorchAdapter:
 
     def environment(self) -> dict[str, str]:
         env = {"torch": torch.__version__, "numpy": np.__version__, "device": self.device}
+        env["supports"] = describe(self.supported)
         if self.device.startswith("cuda"):
             env["gpu"] = torch.cuda.get_device_name(self.device)
         return env

@@ -15,6 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from transformer_conformance.adapters.torch.tensors import rope_torch
+from transformer_conformance.adapters.versions import at_least
+
+#: SDPA takes grouped KV heads itself (``enable_gqa``) from torch 2.5; on 2.4 the adapter repeats them first,
+#: as SDPA's own math path does
+SDPA_GQA = at_least("torch", "2.5")
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -52,10 +57,14 @@ def attention_f32(
     the top-left alignment, which is what it implements). Soft-capping, which SDPA does not offer, in plain torch.
     """
     if not softcap:
+        if not SDPA_GQA:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        gqa: dict[str, Any] = {"enable_gqa": True} if SDPA_GQA else {}
         if causal and alignment == "top_left":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, **gqa)
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **gqa)
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)

@@ -1,0 +1,144 @@
+"""The library releases each built-in adapter supports, and the one-line refusal of any other.
+
+An adapter's declarations (conventions, capabilities) are what was measured on the library releases it
+names; on a release it does not name, a declaration may be false, or a configuration may mean something
+else (transformers 4.x has no ``rope_parameters``: a Llama configuration given one builds plain RoPE), and
+the run would check something other than what it says. So each built-in adapter states the releases it
+supports as :class:`Supported` ranges, ``require`` refuses any other with :class:`UnsupportedVersion`, and
+``describe`` is the line the adapter's ``environment()`` reports ("supports"), the same that
+docs/adapters.md lists. Versions are read from the installed distributions' metadata (``importlib.metadata``),
+so a release that no longer imports is refused before its import fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+from transformer_conformance.adapters.contract import ContractError
+
+
+class UnsupportedVersion(ContractError):
+    """An installed library release is outside what the adapter supports; the message is one line."""
+
+
+def release(text: str) -> tuple[int, ...]:
+    """The release numbers of a version string: ``"2.13.0+cpu"`` → (2, 13, 0), ``"0.4.2.dev1"`` → (0, 4, 2),
+    ``"5.0.0rc1"`` → (5, 0, 0). A string with no leading number is (-1,), below every release."""
+    numbers: list[int] = []
+    for part in text.strip().split("+")[0].split("."):
+        match = re.match(r"\d+", part)
+        if match is None:
+            break
+        numbers.append(int(match.group()))
+        if match.end() != len(part):  # 0rc1, 1post2: the number is the last release component
+            break
+    return tuple(numbers) or (-1,)
+
+
+def _pad(v: tuple[int, ...], n: int) -> tuple[int, ...]:
+    return v + (0,) * (n - len(v))
+
+
+@dataclass(frozen=True)
+class Supported:
+    """The releases of one distribution an adapter supports: ``low`` ≤ version < ``high``."""
+
+    distribution: str  # as pip names it: "liger-kernel", "transformers"
+    low: str
+    high: str
+    #: the import name whose ``__version__`` stands in when the distribution is installed under another name
+    #: (onnxruntime-gpu for onnxruntime)
+    module: str | None = None
+
+    def admits(self, text: str) -> bool:
+        have, lo, hi = release(text), release(self.low), release(self.high)
+        n = max(len(have), len(lo), len(hi))
+        return _pad(lo, n) <= _pad(have, n) < _pad(hi, n)
+
+    def __str__(self) -> str:
+        return f"{self.distribution} >= {self.low}, < {self.high}"
+
+
+#: the torch releases the torch adapters support: F.rms_norm is 2.4's (SDPA's grouped heads, 2.5's, are
+#: repeated by the adapter before 2.5)
+TORCH = Supported("torch", "2.4", "3")
+JAX = Supported("jax", "0.4.30", "0.11")
+#: flax.nnx's norms as the adapter builds them are 0.10's
+FLAX = Supported("flax", "0.10", "0.13")
+#: 4.45: LlamaRotaryEmbedding built from a configuration, LlamaConfig's head_dim; 5.x: rope_parameters
+TRANSFORMERS = Supported("transformers", "4.45", "6")
+#: 0.4: RMSNorm's casting modes and in-place backward, z-loss and soft-capping in the cross-entropy kernel
+LIGER = Supported("liger-kernel", "0.4", "0.9")
+TRITON = Supported("triton", "3", "4")
+#: the onnxruntime adapters' conventions are measured on the 1.32 series (onnxruntime-gpu installs the module)
+ONNXRUNTIME = Supported("onnxruntime", "1.32", "1.33", module="onnxruntime")
+#: the exporter of onnxruntime-export (torch.onnx's dynamo path and onnxscript's optimiser), as measured
+TORCH_EXPORTER = Supported("torch", "2.13", "2.14")
+ONNXSCRIPT = Supported("onnxscript", "0.7", "0.8")
+
+#: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
+#: project test compares). Plain data, importable without the libraries.
+SUPPORTED: dict[str, tuple[Supported, ...]] = {
+    "numpy": (Supported("numpy", "1.26", "3"),),
+    "torch": (TORCH,),
+    "torch-compile": (TORCH,),
+    "torch-compile-full": (TORCH,),
+    "jax": (JAX,),
+    "flax": (FLAX, JAX),
+    "flax-nnx": (FLAX, JAX),
+    "hf-llama": (TRANSFORMERS, TORCH),
+    "hf-gemma": (TRANSFORMERS, TORCH),
+    "hf-t5": (TRANSFORMERS, TORCH),
+    "liger": (LIGER, TRITON, TORCH),
+    "liger-gemma": (LIGER, TRITON, TORCH),
+    "liger-none": (LIGER, TRITON, TORCH),
+    "onnxruntime": (ONNXRUNTIME,),
+    "onnxruntime-contrib": (ONNXRUNTIME,),
+    "onnxruntime-export": (ONNXRUNTIME, TORCH_EXPORTER, ONNXSCRIPT),
+}
+
+
+def installed(distribution: str, module: str | None = None) -> str | None:
+    """The installed version of ``distribution`` (or else ``module.__version__``), or None."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        pass
+    if module is None:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), "__version__", None)
+    except ImportError:
+        return None
+    return found if isinstance(found, str) else None
+
+
+def describe(supported: Iterable[Supported]) -> str:
+    """The line an adapter reports as what it supports: ``"liger-kernel >= 0.4, < 0.9; torch >= 2.4, < 3"``."""
+    return "; ".join(str(s) for s in supported)
+
+
+def require(name: str, supported: Iterable[Supported], versions: Mapping[str, str | None] | None = None) -> None:
+    """Refuse, with one line, a release outside ``supported``: the installed ones, or ``versions`` (a
+    distribution → version map standing in for what is installed: the project's tests give made-up ones)."""
+    for s in supported:
+        have = installed(s.distribution, s.module) if versions is None else versions.get(s.distribution)
+        if have is None:
+            raise UnsupportedVersion(f"the {name} adapter needs {s} (not installed)")
+        if not s.admits(have):
+            raise UnsupportedVersion(f"{s.distribution} {have} is not supported: the {name} adapter supports {s}")
+
+
+def at_least(distribution: str, low: str, versions: Mapping[str, str | None] | None = None) -> bool:
+    """Whether the installed (or given) release of ``distribution`` is ``low`` or later: for what an adapter
+    declares only from the release that brought it."""
+    have = installed(distribution) if versions is None else versions.get(distribution)
+    if have is None:
+        return False
+    a, b = release(have), release(low)
+    n = max(len(a), len(b))
+    return _pad(a, n) >= _pad(b, n)
