@@ -78,6 +78,13 @@ TRITON = Supported("triton", "3", "4")
 ONNXRUNTIME = Supported("onnxruntime", "1.32", "1.33", module="onnxruntime")
 #: the exporter of onnxruntime-export (torch.onnx's dynamo path and onnxscript's optimiser), as measured
 TORCH_EXPORTER = Supported("torch", "2.13", "2.14")
+#: the HF model families configure their rotary embeddings with 5.x's ``rope_parameters``
+TRANSFORMERS_5 = Supported("transformers", "5", "6")
+#: MLX's conventions are measured on its 0.32 series (its CPU backend's composed fallbacks)
+MLX = Supported("mlx", "0.32", "0.33")
+#: torchtune 0.6 imports only beside torchao 0.14-0.15 (0.16 dropped ``int4_weight_only``)
+TORCHTUNE = Supported("torchtune", "0.6", "0.7")
+TORCHAO = Supported("torchao", "0.14", "0.16")
 ONNXSCRIPT = Supported("onnxscript", "0.7", "0.8")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
@@ -99,6 +106,12 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "onnxruntime": (ONNXRUNTIME,),
     "onnxruntime-contrib": (ONNXRUNTIME,),
     "onnxruntime-export": (ONNXRUNTIME, TORCH_EXPORTER, ONNXSCRIPT),
+    **{
+        name: (TRANSFORMERS_5, TORCH)
+        for name in ("hf-gpt-neox", "hf-cohere", "hf-phi3", "hf-gemma2", "hf-olmo2", "hf-qwen3", "hf-mistral")
+    },
+    "mlx": (MLX,),
+    "torchtune": (TORCHTUNE, TORCHAO, TORCH),
 }
 
 

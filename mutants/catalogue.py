@@ -931,6 +931,8 @@ def attention_scale_ignored(a: MutantAdapter) -> None:
     ) -> T:
         return _attention(q, k, v, causal, softcap, q.shape[-1] ** -0.5, float("-inf"))
 
+    a.impl["attention"] = attention
+
 
 # --------------------------------------------------------------------------------------------- attention
 

@@ -34,6 +34,8 @@ import numpy as np
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
 from transformer_conformance.adapters.mlx import ops
+from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
+from transformer_conformance.adapters.versions import describe
 
 #: MLX versions this adapter is measured on: [low, high) as (major, minor)
 SUPPORTED = ((0, 32), (0, 33))
@@ -135,7 +137,12 @@ class MlxAdapter:
             self.capabilities[op] = Capability(dtypes=F32_BF16)
 
     def environment(self) -> dict[str, str]:
-        return {"mlx": mx.__version__, "numpy": np.__version__, "device": str(mx.default_device())}
+        return {
+            "mlx": mx.__version__,
+            "numpy": np.__version__,
+            "device": str(mx.default_device()),
+            "supports": describe(SUPPORTED_RELEASES["mlx"]),
+        }
 
     def _call(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Callable[..., mx.array]:
         """The operation as a function of its floating inputs (contract order), integers and params bound."""

@@ -58,6 +58,8 @@ from torchtune.training import set_default_dtype
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
 from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch
 from transformer_conformance.adapters.torchtune.attention import torchtune_attention
+from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
+from transformer_conformance.adapters.versions import describe
 
 #: torchtune versions this adapter is measured on: [low, high) as (major, minor)
 SUPPORTED = ((0, 6), (0, 7))
@@ -158,6 +160,7 @@ class TorchtuneAdapter:
             "torch": torch.__version__,
             "numpy": np.__version__,
             "device": self.device,
+            "supports": describe(SUPPORTED_RELEASES["torchtune"]),
         }
 
     # ------------------------------------------------------------------------------------------ modules

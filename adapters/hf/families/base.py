@@ -23,6 +23,7 @@ from torch import nn
 from torch.func import functional_call
 
 from transformer_conformance.adapters.hf.adapter import _HFAdapter
+from transformer_conformance.adapters.versions import SUPPORTED, require
 
 #: the contract's MLP activations as HF's ``ACT2FN`` names (QuickGELU is x·σ(1.702x); ``relu2`` is ReLU²)
 ACT2FN_NAMES = {
@@ -102,6 +103,11 @@ class FamilyAdapter(_HFAdapter):
     """An adapter running one family's classes; subclasses set ``family`` and declare what it has."""
 
     family: Family
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.supported = SUPPORTED[self.name]
+        require(self.name, self.supported)
+        super().__init__(device)
 
     def norm_weight(self, weight: torch.Tensor) -> torch.Tensor:
         if not self.family.weight_offset:
