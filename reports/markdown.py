@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from transformer_conformance.reports import reached
+from transformer_conformance.reports.md_text import esc as _esc
 from transformer_conformance.reports.html_page import fmt_share, kind, not_declared, severity, share
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "autocast-bfloat16", "autocast-float16")  # autocast: a mode
@@ -141,16 +142,6 @@ def _declared_values(a: dict[str, Any]) -> str:
         for key, values in cap.get("values", {}).items()
     ]
     return f"; declares only: {'; '.join(parts)}" if parts else ""
-
-
-#: characters Markdown or HTML would read as markup (a link, a tag, a table cell, code, emphasis) in a candidate's
-#: text: names, reasons, environments
-_MARKUP = re.compile(r"([\\`*\[\]<>|])")
-
-
-def _esc(text: str) -> str:
-    """Text from outside the suite (an adapter's name, an expectation's reason) as plain text in Markdown."""
-    return _MARKUP.sub(r"\\\1", str(text).replace("&", "&amp;")).replace("\n", " ")
 
 
 def _fenced(text: str) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from transformer_conformance.reports.md_text import esc
+
 #: At most this many values of one parameter are written out; more are shown as their range and count
 SHOWN = 5
 
@@ -71,7 +73,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "input regime the suite lists for the operation (by dtype). "
         + (
             f"**{len(missing)} gap{'s' if len(missing) != 1 else ''}** (⚠): "
-            + "; ".join(missing[:8])
+            + "; ".join(esc(m) for m in missing[:8])
             + (" …" if len(missing) > 8 else "")
             if missing
             else "Every parameter was drawn beyond its default and every listed regime was reached."

@@ -241,7 +241,7 @@ def test_known_crash(tmp_path: Path) -> None:
         "-n",
         "1",
         "-k",
-        "forward",
+        "test_forward",
         "--expectations",
         str(path),
         "test_rmsnorm.py",

@@ -72,7 +72,7 @@ def test_a_hostile_repository_changes_nothing(tmp_path: Path, spelling: str) -> 
     assert "shrink" in h["phases"]
     forward = [c for c in report["checks"] if c["check"] == "rms_norm/forward"]
     assert [c["examples"] for c in forward] == [40], forward
-    assert report["verdict"] == "conformant" and report["summary"]["passed"] == 3
+    assert report["verdict"] == "conformant" and report["summary"]["passed"] == len(report["checks"]) >= 3
     assert report["expectations"]["files"] == ["expect/numpy.toml"]
 
 

@@ -59,7 +59,7 @@ def test_report_renders(defect_run: Run, tmp_path: Path) -> None:
     dom = _dom(defect_run.report_dir / "report.html", tmp_path)
     assert 'data-js="ready"' in dom
     assert '<table class="matrix">' in dom and 'data-status="failed"' in dom
-    assert dom.count('<article class="failure') == 4
+    assert dom.count('<article class="failure') == len(defect_run.checks(status="failed")) > 0
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert "<script>alert(1)" not in dom
     _screenshot(defect_run.report_dir / "report.html", tmp_path, "report.png")

@@ -116,7 +116,7 @@ def test_a_failing_check_costs_about_what_a_passing_one_does(tmp_path: Path) -> 
     done = run_suite(tmp_path, "--adapter=tests.faulty:OnePercentOff", "test_rmsnorm.py", "--dtype=float32")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     failed = [c for c in done.report["checks"] if c["status"] == "failed"]
-    assert len(failed) == 3
+    assert len(failed) == 5  # forward, gradient, scale-invariance and the two size-regime checks
     for c in failed:
         assert c["examples"] <= 40, (c["check"], c["examples"])
         assert "@reproduce_failure" in c["counterexample"]

@@ -35,7 +35,7 @@ def test_switched_on_without_cuda() -> None:
 def test_liger_after_an_adapter_whose_library_imports_triton(tmp_path: Path) -> None:
     cmd = [
         sys.executable, "-m", "transformer_conformance.conformance", "-n", "0", "-q",
-        "--adapter=hf-llama,liger", "--behaviour=rms_norm", "--dtype=float32", "-k", "forward",
+        "--adapter=hf-llama,liger", "--behaviour=rms_norm", "--dtype=float32", "-k", "test_forward",
         "--report-dir", str(tmp_path),
     ]  # fmt: skip
     run = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
