@@ -7,8 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 from transformer_conformance.reports import reached
-from transformer_conformance.reports.md_text import esc as _esc
 from transformer_conformance.reports.html_page import fmt_share, kind, not_declared, severity, share
+from transformer_conformance.reports.md_text import esc as _esc
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "autocast-bfloat16", "autocast-float16")  # autocast: a mode
 MARK = {
