@@ -758,7 +758,17 @@ def z_loss_no_max_shift(a: MutantAdapter) -> None:
     "logsumexp rounded to the input dtype before squaring, declared as a fused float32 computation",
 )
 def z_loss_undeclared_low_precision(a: MutantAdapter) -> None:
-    a.declare(unfused=a.conventions.unfused - {"z_loss"})
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * torch.logsumexp(logits, dim=-1) ** 2
+
+
+@mutant(
+    "z_loss",
+    "z_loss/value",
+    "z² formed in the input dtype (declared unfused): in float16 it overflows once |z| > 256 while α·z² is finite",
+)
+def z_loss_squared_in_float16(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: alpha * torch.logsumexp(logits, dim=-1) ** 2
+    a.declare(unfused=a.conventions.unfused | {"z_loss"})
 
 
 @mutant("z_loss", "z_loss/default-alpha", "default α = 1e-3 instead of PaLM's 1e-4")

@@ -72,7 +72,8 @@ def _cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 def _z_loss(logits: jax.Array, alpha: float = 1e-4) -> jax.Array:
-    return alpha * jax.nn.logsumexp(logits, axis=-1) ** 2
+    # in float32, as JAX trainers write it (T5X's log_z of float32 logits): z² in float16 overflows past |z| = 256
+    return (alpha * jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1) ** 2).astype(logits.dtype)
 
 
 def _rope(x: jax.Array, positions: jax.Array, base: float = 10000.0, rotary_dim: int | None = None) -> jax.Array:
@@ -139,7 +140,7 @@ class JaxAdapter:
             compute_dtype="float32",
             # every primitive rounds to the input dtype (measured); the norms also round x̂ before the weight
             # multiply, which "unfused" already covers
-            unfused=frozenset({"rms_norm", "layer_norm", "swiglu_mlp", "cross_entropy", "z_loss"}),
+            unfused=frozenset({"rms_norm", "layer_norm", "swiglu_mlp", "cross_entropy"}),
             # the weight and bias gradients are sums over rows of a broadcast's transpose, a lax reduction
             # that accumulates in the input dtype (jnp.sum upcasts; lax.reduce does not): measured
             low_precision_sums=frozenset({"rms_norm.vjp", "layer_norm.vjp"}),

@@ -17,7 +17,8 @@ What each contract operation calls (adapters/mlx/ops.py):
   ``nn.gelu_approx``, ``nn.gelu_fast_approx`` (x·σ(1.702x)), ``nn.relu2``, ``nn.silu``;
 * ``cross_entropy`` — ``nn.losses.cross_entropy(reduction="none")``; ``cross_entropy_mean`` — that loss
   masked to the non-ignored tokens, summed and divided by their count (mlx-lm's training loss);
-* ``z_loss``, ``softcap_z_loss`` — ``mx.logsumexp`` squared times α (on c·tanh(l/c)).
+* ``z_loss``, ``softcap_z_loss`` — ``mx.logsumexp`` in float32 squared times α (on c·tanh(l/c), formed in the
+  input dtype).
 
 Every gradient is ``mx.vjp`` of the same function. The adapter refuses any MLX outside the series its
 conventions were measured on (``SUPPORTED``).
@@ -91,8 +92,8 @@ class MlxAdapter:
             norm_rounding="before_weight",
             # RoPE casts cos and sin to x's dtype and rotates in it; attention scales q, forms the scores and
             # the softmax's output in the input dtype (the softmax itself in float32); the norms' backwards
-            # run in the input dtype; the MLPs, losses and z-loss are chains of mx operations, each rounding
-            # to the input dtype
+            # run in the input dtype; the MLPs, losses and soft-capped z-loss are chains of mx operations, each
+            # rounding to the input dtype (the z-loss itself computes in float32 and rounds once)
             unfused=frozenset(
                 {
                     "rope",
@@ -105,7 +106,6 @@ class MlxAdapter:
                     "glu_mlp",
                     "cross_entropy",
                     "cross_entropy_mean",
-                    "z_loss",
                     "softcap_z_loss",
                 }
             ),

@@ -156,7 +156,8 @@ def cross_entropy_mean(logits: mx.array, targets: mx.array, ignore_index: int = 
 
 
 def z_loss(logits: mx.array, alpha: float = 1e-4) -> mx.array:
-    return alpha * mx.square(mx.logsumexp(logits, axis=-1))
+    # in float32, as trainers write it: z² in float16 overflows once |z| > 256 (α·z² would not)
+    return (alpha * mx.square(mx.logsumexp(logits.astype(mx.float32), axis=-1))).astype(logits.dtype)
 
 
 def softcap_z_loss(logits: mx.array, alpha: float = 1e-4, cap: float = 30.0) -> mx.array:

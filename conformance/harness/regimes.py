@@ -299,7 +299,7 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "logits near overflow",
-        ("cross_entropy", "cross_entropy_mean"),
+        ("cross_entropy", "cross_entropy_mean", "z_loss"),
         _logits_near_overflow,
         "logits within 8 binades of overflow: exp without the max shift, or z² in the input dtype, overflows",
     ),

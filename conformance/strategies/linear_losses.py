@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from transformer_conformance.conformance.strategies.common import Case, fill, seeds
+from transformer_conformance.conformance.strategies.common import Case, fill, seeds, z_in_range
 from transformer_conformance.conformance.strategies.losses import ignored_case
 from transformer_conformance.reference.formats import Format
 
@@ -76,4 +76,6 @@ def z_loss_mean_case(draw: st.DrawFn, dtype: Format) -> Case:
     case: Case = draw(ignored_case(dtype), label="case")
     alpha = draw(st.sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
     case.params = {"alpha": alpha, "ignore_index": case.params.get("ignore_index", -100)}
+    case.inputs["logits"], shift = z_in_range(case.inputs["logits"], alpha, dtype, float(case.about.get("shift", 0.0)))
+    case.about["shift"] = shift
     return case
