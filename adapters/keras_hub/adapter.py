@@ -15,6 +15,10 @@ gradient is ``jax.vjp`` of that call (adapters/keras_hub/ops.py):
   with ``beta_fast``, ``beta_slow``, ``original_max_position_embeddings``), and ``LlamaRotaryEmbedding``'s
   band rule for ``llama3`` (``frequency_adjustment_factor``, ``low_freq_factor``, ``high_freq_factor``,
   ``pretraining_sequence_length``), as keras-hub's Llama 3.1 backbone configures it;
+* ``attention`` — ``CachedGemmaAttention._compute_attention`` (keras-hub's Gemma and Gemma 2 attention: grouped
+  KV heads, ``logit_soft_cap``) on q, k, v laid out (batch, length, heads, width), with the causal mask the decoder
+  block builds (``compute_causal_mask`` at the cache index Lk − Lq: bottom-right); its scale 1/√head_dim, a given
+  scale s as the head width 1/s²;
 * ``cross_entropy`` — ``keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)``;
   ``cross_entropy_mean`` — the same loss with ``ignore_class`` and its default reduction. A Keras loss
   computes in its own dtype (float32) whatever the logits' dtype; the loss comes back in the logits' dtype.
@@ -28,20 +32,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.keras_hub.backend import select_jax
 from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
 require("keras-hub", SUPPORTED["keras-hub"])  # before the libraries are imported: one line, not a traceback
-
-from transformer_conformance.adapters.keras_hub import ops  # noqa: E402 - selects the JAX backend first
+select_jax()  # before Keras is imported: its backend is chosen then
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
+
+from transformer_conformance.adapters.keras_hub import ops  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
 
@@ -54,6 +59,7 @@ IMPL: dict[str, Callable[..., jax.Array]] = {
     "rope_scaled": ops.rope_scaled,
     "cross_entropy": ops.cross_entropy,
     "cross_entropy_mean": ops.cross_entropy_mean,
+    "attention": ops.attention,
 }
 
 
@@ -86,8 +92,11 @@ class KerasHubAdapter:
             rope_layout="half",
             rope_angle_dtype="float32",
             compute_dtype="float32",
-            # RotaryEmbedding casts cos and sin to the compute dtype and rotates in it
-            unfused=frozenset({"rope", "rope_scaled"}),
+            # RotaryEmbedding casts cos and sin to the compute dtype and rotates in it; Gemma's attention scales
+            # q, forms the scores and soft-caps them in the compute dtype (the softmax in float32, cast back)
+            unfused=frozenset({"rope", "rope_scaled", "attention"}),
+            # compute_causal_mask with the cache index Lk − Lq, as the decoder blocks decode
+            causal_alignment="bottom_right",
             # XLA on the CPU flushes subnormal results to zero
             flush_subnormals=True,
             eps_defaults={"rms_norm": ops.RMS_EPS, "layer_norm": ops.LN_EPS},
@@ -128,6 +137,3 @@ class KerasHubAdapter:
         _, pullback = jax.vjp(self._call(op, inputs, params), *(_to_jax(inputs[k]) for k in names))
         grads = pullback(_to_jax(cotangent))
         return {k: _to_numpy(g, inputs[k].dtype) for k, g in zip(names, grads, strict=True)}
-
-
-__all__ = ["KerasHubAdapter", "ml_dtypes"]

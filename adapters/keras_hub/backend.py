@@ -26,9 +26,7 @@ def imported_backend(modules: Mapping[str, object] | None = None) -> str | None:
     return str(keras.backend.backend())  # type: ignore[attr-defined]
 
 
-def select_jax(
-    environ: MutableMapping[str, str] | None = None, modules: Mapping[str, object] | None = None
-) -> None:
+def select_jax(environ: MutableMapping[str, str] | None = None, modules: Mapping[str, object] | None = None) -> None:
     """Make Keras run on JAX, or refuse (UnsupportedVersion, one line) when another backend is asked for or
     already loaded."""
     env = os.environ if environ is None else environ

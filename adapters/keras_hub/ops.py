@@ -20,6 +20,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
+from keras_hub.src.layers.modeling.transformer_layer_utils import compute_causal_mask  # noqa: E402
+from keras_hub.src.models.gemma.gemma_attention import CachedGemmaAttention  # noqa: E402
 from keras_hub.src.models.llama.llama_layernorm import LlamaLayerNorm  # noqa: E402
 from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbedding  # noqa: E402
 
@@ -143,3 +145,44 @@ def cross_entropy_mean(logits: jax.Array, targets: jax.Array, ignore_index: int 
     default reduction (``sum_over_batch_size``: the mean over the tokens its mask keeps)."""
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=int(ignore_index))
     return loss(targets, logits).astype(logits.dtype)
+
+
+@lru_cache(maxsize=64)
+def _attention_layer(dtype: str, hq: int, hkv: int, d: int, scale: float | None, softcap: float | None) -> Any:
+    """keras-hub's Gemma attention (``CachedGemmaAttention``: grouped KV heads, ``logit_soft_cap``), built as the
+    Gemma backbones build it; its projections are not used (q, k and v arrive projected). Its scale is
+    1/√head_dim (``query_head_dim_normalize``): a contract ``scale`` s is given as the head width 1/s² it
+    normalises by."""
+    layer = CachedGemmaAttention(
+        head_dim=d, num_query_heads=hq, num_key_value_heads=hkv, logit_soft_cap=softcap, dtype=dtype
+    )
+    layer.build((1, 1, hq * d))
+    if scale is not None:
+        layer.head_dim = 1.0 / (scale * scale)
+    return layer
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    causal: bool = False,
+    softcap: float | None = None,
+    scale: float | None = None,
+) -> jax.Array:
+    """``CachedGemmaAttention._compute_attention`` on q (B, Lq, Hq, D), k and v (B, Lk, Hkv, ·), the layout the
+    layer takes, with the causal mask its decoder block builds (``compute_causal_mask`` with the cache index
+    Lk − Lq: bottom-right). The layer reshapes its output with q's head width, so a value width other than D
+    runs in D-wide slices of v (zero-padded), each the same softmax."""
+    b, hq, lq, d = q.shape
+    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    layer = _attention_layer(_name(q), hq, hkv, d, None if scale is None else float(scale), softcap or None)
+    mask = compute_causal_mask(b, lk, lq, lk - lq) if causal else None
+    qt, kt, vt = (jnp.swapaxes(a, 1, 2) for a in (q, k, v))
+    slices = []
+    for start in range(0, dv, d):
+        part = vt[..., start : start + d]
+        if part.shape[-1] < d:
+            part = jnp.pad(part, ((0, 0), (0, 0), (0, 0), (0, d - part.shape[-1])))
+        slices.append(layer._compute_attention(qt, kt, part, mask)[..., : min(d, dv - start)])
+    return jnp.swapaxes(jnp.concatenate(slices, axis=-1), 1, 2)
