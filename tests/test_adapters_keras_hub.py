@@ -68,13 +68,13 @@ def test_smoke(adapter: Adapter) -> None:
     """Every declared operation on one small example, but the dynamic rule (a known defect, tested below)."""
     assert adapter.name == "keras-hub" and adapter.environment()["backend"] == "jax"
     declared = adapter.capabilities["rope_scaled"]
-    adapter.capabilities["rope_scaled"] = replace(
+    adapter.capabilities["rope_scaled"] = replace(  # type: ignore[index]
         declared, values={"scaling.type": frozenset({"linear", "yarn", "llama3"})}
     )
     try:
         checked = set(smoke(adapter, ("float32", "bfloat16")))
     finally:
-        adapter.capabilities["rope_scaled"] = declared
+        adapter.capabilities["rope_scaled"] = declared  # type: ignore[index]
     assert {
         "rms_norm[bfloat16]",
         "layer_norm[float32]",
