@@ -32,4 +32,5 @@ EXTRAS: dict[str, str] = {
     "onnxruntime-export": "onnxruntime-export",
     "mlx": "mlx",
     "torchtune": "torchtune",
+    "keras-hub": "keras-hub",
 }

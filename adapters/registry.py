@@ -36,6 +36,7 @@ BUILTIN: dict[str, str] = {
     "onnxruntime-export": "transformer_conformance.adapters.onnxruntime.export:OnnxRuntimeExportAdapter",
     "mlx": "transformer_conformance.adapters.mlx.adapter:MlxAdapter",
     "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
+    "keras-hub": "transformer_conformance.adapters.keras_hub.adapter:KerasHubAdapter",
 }
 
 

@@ -86,6 +86,9 @@ MLX = Supported("mlx", "0.32", "0.33")
 TORCHTUNE = Supported("torchtune", "0.6", "0.7")
 TORCHAO = Supported("torchao", "0.14", "0.16")
 ONNXSCRIPT = Supported("onnxscript", "0.7", "0.8")
+#: keras-hub's layers as measured on 0.32 (RotaryEmbedding's rope_type and positions), on Keras 3.15's JAX backend
+KERAS_HUB = Supported("keras-hub", "0.32", "0.33")
+KERAS = Supported("keras", "3.15", "3.16")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -112,6 +115,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     },
     "mlx": (MLX,),
     "torchtune": (TORCHTUNE, TORCHAO, TORCH),
+    "keras-hub": (KERAS_HUB, KERAS, JAX),
 }
 
 

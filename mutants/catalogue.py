@@ -584,6 +584,23 @@ def rope_llama3_bands_swapped(a: MutantAdapter) -> None:
     a.impl["rope_scaled"] = rope_scaled
 
 
+@mutant(
+    "rope_scaling",
+    "rope_scaled/forward",
+    "linear scaling's factor dropped, as keras-hub 0.32's LlamaRotaryEmbedding drops position_scaling_factor (its "
+    "own inverse frequencies replace those of the base layer, which divided by the factor): plain RoPE at any factor",
+)
+def rope_linear_factor_ignored(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if scaling and scaling["type"] == "linear":
+            return plain(x, positions, base, rotary_dim, None)
+        return plain(x, positions, base, rotary_dim, scaling)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
 # ------------------------------------------------------------------------------------------------ swiglu
 
 
