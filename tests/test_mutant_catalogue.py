@@ -63,3 +63,11 @@ def test_each_is_one_change_from_the_correct_adapter() -> None:
         if any(a.hidden_dim(d, k) != llama_hidden_dim(d, k) for d in range(1, 300) for k in (1, 64, 128, 256)):
             changes.append("swiglu_hidden_dim")
         assert len(changes) == 1, f"{m.name}: {changes}"
+
+
+def test_the_docs_state_the_catalogue_size() -> None:
+    """README.md and docs/mutants.md say how many mutants the catalogue holds: the number they say is its size."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    mutants_md = (ROOT / "docs" / "mutants.md").read_text(encoding="utf-8")
+    said = re.findall(r"mutants/\s+(\d+) defective", readme) + re.findall(r"holds (\d+) defective", mutants_md)
+    assert said == [str(len(CATALOGUE))] * 2, f"got {said}, should be {len(CATALOGUE)} in both files"
