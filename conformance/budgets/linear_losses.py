@@ -108,12 +108,16 @@ def linear_cross_entropy_vjp(
     g = np.asarray(g64, dtype=np.float64)
     x, w = em.exact(inputs["x"]), em.exact(inputs["weight"])
     if OP in conv.grad_in_forward:
-        # the forward's gradient for a unit cotangent (1/#valid for the mean; per token, the cotangent folded
-        # in before the projection, as it must be), stored in the input dtype, projected, stored, scaled by g
-        unit_d = q if per_token else em.mul(r, q, em.const(r, 1.0 / n), unit=r.u_work)
+        # the forward's gradient for a unit cotangent (1/#valid for the mean), stored in the input dtype,
+        # projected, stored, scaled by g; per token, the unit gradient is stored in the input dtype and the
+        # cotangent folded in before the projection, a product rounded to the input dtype again (Liger 0.8.5's
+        # grad_logits_chunk * token_grad_output: a small probability stored as a subnormal, then scaled)
         if per_token:
-            unit_d = em.mul(r, unit_d, em.exact(g[:, None]), unit=r.u_work)
-        unit_d = _rows_where(em.store(r, unit_d, dtype.unit_roundoff), valid)
+            stored = em.store(r, q, dtype.unit_roundoff)
+            unit_d = _rows_where(em.mul(r, stored, em.exact(g[:, None]), unit=dtype.unit_roundoff), valid)
+        else:
+            mean_d = em.mul(r, q, em.const(r, 1.0 / n), unit=r.u_work)
+            unit_d = _rows_where(em.store(r, mean_d, dtype.unit_roundoff), valid)
         grads = {
             "x": em.matmul(r, unit_d, w, unit=dtype.unit_roundoff),
             "weight": em.matmul(r, em.transpose(unit_d), x, unit=dtype.unit_roundoff),
