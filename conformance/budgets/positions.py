@@ -38,7 +38,7 @@ def _theta(rd: int, base: float, u: float) -> Tracked:
 
 
 def _sin_cos(trig: Rounding, ang: Tracked) -> tuple[Tracked, Tracked]:
-    return em.func(trig, ang, np.sin, np.cos), em.func(trig, ang, np.cos, lambda v: -np.sin(v))
+    return em.trig(trig, ang, np.sin, np.cos), em.trig(trig, ang, np.cos, lambda v: -np.sin(v))
 
 
 # ---- sinusoidal -----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def rope_trig(
     u_angle = fmt(conv.rope_angle_dtype).unit_roundoff
     ang = Tracked(angles, rope_angle_ulps(rd, base) * u_angle * np.abs(angles), np.abs(angles))
     trig = Rounding(u_work=max(u_angle, r.u_work), u_mid=r.u_mid)
-    return em.func(trig, ang, np.cos, lambda v: -np.sin(v)), em.func(trig, ang, np.sin, np.cos), rd
+    return em.trig(trig, ang, np.cos, lambda v: -np.sin(v)), em.trig(trig, ang, np.sin, np.cos), rd
 
 
 def rotate(r: Rounding, x: Tracked, cos: Tracked, sin: Tracked, rd: int, layout: str, transpose: bool) -> Tracked:
