@@ -65,10 +65,10 @@ from transformers.models.llama.modeling_llama import (  # noqa: E402
 )
 from transformers.models.t5.modeling_t5 import T5LayerNorm  # noqa: E402
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions  # noqa: E402
+from transformer_conformance.adapters.contract import Capability, Conventions  # noqa: E402
 from transformer_conformance.adapters.hf.rope_config import check_rotary, rotary_config, settable  # noqa: E402
 from transformer_conformance.adapters.torch.adapter import with_autocast  # noqa: E402
-from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch  # noqa: E402
+from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, to_numpy  # noqa: E402
 
 try:
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
@@ -234,17 +234,7 @@ class _HFAdapter:
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
         out, tensors = self._call(op, inputs, params, grad=True)
-        out.backward(to_torch(cotangent, self.device))
-        # module parameters carry the gradients of the suite's weights (transposed for nn.Linear)
-        param_grads: dict[int, torch.Tensor | None] = {
-            id(w): (p.grad.T if p.grad is not None and p.ndim == 2 else p.grad) for w, p in self._params
-        }
-        grads = {}
-        for k in OPS[op].inputs:
-            t = tensors[k]
-            g = param_grads.get(id(t), t.grad)
-            grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
-        return grads
+        return backward_grads(op, inputs, out, tensors, cotangent, self.device, self._params)
 
 
 class HFLlamaAdapter(_HFAdapter):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from transformer_conformance.adapters.contract import AUTOCAST, AUTOCAST_DTYPES, OPS, Capability, Conventions
 from transformer_conformance.adapters.torch import blocks
 from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
-from transformer_conformance.adapters.torch.tensors import input_tensors, rope_torch, to_numpy, to_torch
+from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, rope_torch, to_numpy, to_torch
 from transformer_conformance.adapters.versions import SUPPORTED, Supported, describe, require
 
 
@@ -200,12 +200,7 @@ class TorchAdapter:
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
         out, tensors = self._call(op, inputs, params, grad=True)
-        out.backward(to_torch(cotangent, self.device))
-        grads = {}
-        for k in OPS[op].inputs:
-            g = tensors[k].grad
-            grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
-        return grads
+        return backward_grads(op, inputs, out, tensors, cotangent, self.device)
 
     def native(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool = False

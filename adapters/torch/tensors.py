@@ -3,7 +3,7 @@ adapter, its blocks and the adapters built on it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -71,3 +71,28 @@ def input_tensors(op: str, inputs: Mapping[str, np.ndarray], device: str, grad: 
     for k in OPS[op].inputs:
         tensors[k].requires_grad_(grad)
     return tensors
+
+
+def backward_grads(
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    out: torch.Tensor,
+    tensors: Mapping[str, torch.Tensor],
+    cotangent: np.ndarray,
+    device: str,
+    held: Sequence[tuple[torch.Tensor, torch.Tensor]] = (),
+) -> dict[str, np.ndarray]:
+    """Backpropagate ``cotangent`` from ``out`` and collect the gradient of each of ``op``'s inputs as NumPy
+    (zeros where autograd left none). ``held`` pairs an input tensor with the module parameter that holds its
+    values (an ``nn.Linear`` weight stores (out, in), the transpose of the suite's (in, out)): the input's
+    gradient is read from that parameter."""
+    out.backward(to_torch(cotangent, device))
+    from_params: dict[int, torch.Tensor | None] = {
+        id(w): (p.grad.T if p.grad is not None and p.ndim == 2 else p.grad) for w, p in held
+    }
+    grads = {}
+    for k in OPS[op].inputs:
+        t = tensors[k]
+        g = from_params.get(id(t), t.grad)
+        grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
+    return grads

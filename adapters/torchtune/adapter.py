@@ -55,8 +55,8 @@ from torchtune.modules import Fp32LayerNorm, RMSNorm, RotaryPositionalEmbeddings
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 from torchtune.training import set_default_dtype
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
-from transformer_conformance.adapters.torch.tensors import input_tensors, to_numpy, to_torch
+from transformer_conformance.adapters.contract import Capability, Conventions
+from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, to_numpy
 from transformer_conformance.adapters.torchtune.attention import torchtune_attention
 from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
 from transformer_conformance.adapters.versions import describe
@@ -240,17 +240,7 @@ class TorchtuneAdapter:
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
         out, tensors = self._call(op, inputs, params, grad=True)
-        out.backward(to_torch(cotangent, self.device))
-        # module parameters carry the gradients of the suite's weights (transposed for nn.Linear)
-        held: dict[int, torch.Tensor | None] = {
-            id(w): (p.grad.T if p.grad is not None and p.ndim == 2 else p.grad) for w, p in self._params
-        }
-        grads = {}
-        for k in OPS[op].inputs:
-            t = tensors[k]
-            g = held.get(id(t), t.grad)
-            grads[k] = to_numpy(g) if g is not None else np.zeros_like(inputs[k])
-        return grads
+        return backward_grads(op, inputs, out, tensors, cotangent, self.device, self._params)
 
 
 def hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
