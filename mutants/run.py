@@ -1,6 +1,6 @@
 """Run the conformance suite against every mutant of the catalogue and report which ones it kills.
 
-    python mutants/run.py [--out reports/out/mutants] [--workers 2] [--only NAME ...]
+    python mutants/run.py [--out reports/out/mutants] [--workers 2] [--only NAME ...] [--seeds N [--first K]]
 
 One pytest process per behaviour: its module of checks (``--behaviour`` selects that behaviour's checks
 only), every mutant of that behaviour as an ``--adapter``, the ``ci`` Hypothesis profile's examples
@@ -9,6 +9,11 @@ which would take most of the time; ``--profile ci`` shrinks). Writes
 ``mutants.json`` and ``mutants.md`` into ``--out``; each mutant is *killed* (some check of its behaviour
 failed: the check(s), the dtype, and how many examples Hypothesis needed to find the first failure) or
 *survived*. Exits 1 if any mutant survived or a check errored, 0 when all are killed.
+
+``--seeds N`` asks whether the kills are robust rather than lucky: the whole run is repeated under N random
+samples of the same size (``ci-random-noshrink`` with ``--hypothesis-seed`` K, K+1, …; ``--first K``,
+default 0), and a mutant counts as killed only if every seed kills it. The table then says, per mutant, how
+many seeds killed it and the most examples any seed needed.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ SCHEMA = "transformer-conformance/mutants"
 SCHEMA_VERSION = 1
 
 
-def run_behaviour(behaviour: str, mutants: list[Mutant], out: Path, workers: str, profile: str) -> dict[str, Any]:
+def run_behaviour(
+    behaviour: str, mutants: list[Mutant], out: Path, workers: str, profile: str, seed: int | None = None
+) -> dict[str, Any]:
     """One pytest process: the behaviour's checks against all of its mutants. Returns its report.json."""
-    report_dir = out / "runs" / behaviour
+    report_dir = out / "runs" / (behaviour if seed is None else f"seed-{seed}-{behaviour}")
     cmd = [
         sys.executable,
         "-m",
@@ -45,6 +52,7 @@ def run_behaviour(behaviour: str, mutants: list[Mutant], out: Path, workers: str
         f"--behaviour={behaviour}",
         f"--adapter={','.join(m.spec for m in mutants)}",
         f"--hypothesis-profile={profile}",
+        *([] if seed is None else [f"--hypothesis-seed={seed}"]),
         "--report-dir",
         str(report_dir),
         "-n",
@@ -98,6 +106,13 @@ def _checks_cell(r: dict[str, Any]) -> str:
     return "; ".join(f"`{c}` {', '.join(d)}" for c, d in by_check.items()) or "—"
 
 
+def _seeds_cells(r: dict[str, Any]) -> str:
+    s = r["seeds"]
+    spared = f" (not {', '.join(map(str, s['survived']))})" if s["survived"] else ""
+    most = s["max_examples_to_kill"]
+    return f" {len(s['killed'])}/{len(s['run'])}{spared} | {most if most is not None else '—'} |"
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
@@ -107,12 +122,23 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"median examples to kill {s['median_examples_to_kill']}. Hypothesis profile `{result['profile']}`, "
         f"{result['duration_s']:.0f} s wall time ({result['workers']} workers).",
         "",
+        *(
+            [
+                f"Under {len(result['seeds'])} random seeds ({', '.join(map(str, result['seeds']))}): a mutant is "
+                "killed only if every seed killed it; *seeds* says how many did, *most examples* the most "
+                "examples one of them needed. The checks listed are the first seed's.",
+                "",
+            ]
+            if result.get("seeds")
+            else []
+        ),
         "Examples to kill: the index of the first failing example of the quickest check (Hypothesis's "
         "generation order; a check outside Hypothesis counts 1). Each killing check is listed with its dtypes "
         "and, in brackets, the examples it needed.",
         "",
-        "| mutant | behaviour | defect | verdict | examples to kill | killed by |",
-        "|---|---|---|---|---|---|",
+        "| mutant | behaviour | defect | verdict | examples to kill | killed by |"
+        + (" seeds | most examples |" if result.get("seeds") else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if result.get("seeds") else ""),
     ]
     for r in result["mutants"]:
         verdict_cell = r["status"] if r["status"] != "killed" else "killed"
@@ -123,10 +149,34 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| `{r['name']}` | {r['behaviour']} | {r['defect'].replace('|', '∣')} | {verdict_cell} | "
             f"{r['examples_to_kill'] if r['examples_to_kill'] is not None else '—'} | {_checks_cell(r)} |"
+            + (_seeds_cells(r) if "seeds" in r else "")
         )
     lines += ["", "Wall time per behaviour:", ""]
     lines += [f"* {b}: {t:.0f} s" for b, t in result["per_behaviour_s"].items()]
     return "\n".join(lines) + "\n"
+
+
+def combine_seeds(per_seed: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One verdict per mutant over several seeds: killed only if every seed killed it. The first seed's
+    killing checks are kept; ``seeds`` says which seeds killed it and the most examples one needed."""
+    seeds = sorted(per_seed)
+    combined = []
+    for i, first in enumerate(per_seed[seeds[0]]):
+        runs = {k: per_seed[k][i] for k in seeds}
+        killed = [k for k in seeds if runs[k]["status"] == "killed"]
+        spared = [k for k in seeds if runs[k]["status"] != "killed"]
+        needed = [runs[k]["examples_to_kill"] for k in killed if runs[k]["examples_to_kill"] is not None]
+        r = dict(first)
+        r["status"] = "killed" if not spared else ("error" if any(runs[k]["errors"] for k in spared) else "survived")
+        r["errors"] = [e | {"seed": k} for k in seeds for e in runs[k]["errors"]]
+        r["seeds"] = {
+            "run": seeds,
+            "killed": killed,
+            "survived": spared,
+            "max_examples_to_kill": max(needed) if needed else None,
+        }
+        combined.append(r)
+    return combined
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,11 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="2", help="pytest-xdist workers per run: a number, auto, or 0 for none")
     ap.add_argument(
         "--profile",
-        default="ci-noshrink",
-        help="Hypothesis profile (default: ci-noshrink, the ci profile's examples without shrinking; ci shrinks)",
+        default=None,
+        help="Hypothesis profile (default: ci-noshrink, the ci profile's examples without shrinking; ci shrinks; "
+        "with --seeds, ci-random-noshrink)",
     )
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these mutants")
+    ap.add_argument(
+        "--seeds", type=int, default=0, help="repeat the run under N random seeds; killed means killed under each"
+    )
+    ap.add_argument("--first", type=int, default=0, help="the first seed of --seeds (default 0)")
     args = ap.parse_args(argv)
+    if args.profile is None:
+        args.profile = "ci-random-noshrink" if args.seeds else "ci-noshrink"
 
     chosen = [m for m in CATALOGUE if not args.only or m.name in args.only or m.attribute in args.only]
     unknown = set(args.only) - {m.name for m in chosen} - {m.attribute for m in chosen}
@@ -149,21 +206,33 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     per_behaviour: dict[str, float] = {}
-    checks: list[dict[str, Any]] = []
-    for behaviour in BEHAVIOURS:
-        group = [m for m in chosen if m.behaviour == behaviour]
-        if not group:
-            continue
-        t0 = time.perf_counter()
-        checks += run_behaviour(behaviour, group, args.out, args.workers, args.profile)["checks"]
-        per_behaviour[behaviour] = round(time.perf_counter() - t0, 1)
-        print(f"{behaviour}: {len(group)} mutants, {per_behaviour[behaviour]:.0f} s", flush=True)
-
-    results = [verdict(m, checks) for m in chosen]
-    known_checks = {c["check"] for c in checks}
-    for r in results:
-        if r["caught_by"] not in known_checks:
-            r["errors"].append({"check": r["caught_by"], "dtype": None, "message": "no such check ran"})
+    seeds: list[int | None] = list(range(args.first, args.first + args.seeds)) if args.seeds else [None]
+    per_seed: dict[int, list[dict[str, Any]]] = {}
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        checks: list[dict[str, Any]] = []
+        for behaviour in BEHAVIOURS:
+            group = [m for m in chosen if m.behaviour == behaviour]
+            if not group:
+                continue
+            t0 = time.perf_counter()
+            checks += run_behaviour(behaviour, group, args.out, args.workers, args.profile, seed)["checks"]
+            took = time.perf_counter() - t0
+            per_behaviour[behaviour] = round(per_behaviour.get(behaviour, 0.0) + took, 1)
+            label = "" if seed is None else f"seed {seed}, "
+            print(f"{label}{behaviour}: {len(group)} mutants, {took:.0f} s", flush=True)
+        results = [verdict(m, checks) for m in chosen]
+        known_checks = {c["check"] for c in checks}
+        for r in results:
+            if r["caught_by"] not in known_checks:
+                r["errors"].append({"check": r["caught_by"], "dtype": None, "message": "no such check ran"})
+        if seed is not None:
+            per_seed[seed] = results
+            spared = [r["name"] for r in results if r["status"] != "killed"]
+            print(f"seed {seed}: {len(results) - len(spared)}/{len(results)} killed"
+                  + (f"; not killed: {', '.join(spared)}" if spared else ""), flush=True)
+    if per_seed:
+        results = combine_seeds(per_seed)
     counts = [r["examples_to_kill"] for r in results if r["examples_to_kill"] is not None]
     summary = {
         "total": len(results),
@@ -179,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "profile": args.profile,
+        "seeds": [k for k in seeds if k is not None],
         "workers": args.workers,
         "duration_s": round(time.perf_counter() - started, 1),
         "per_behaviour_s": per_behaviour,
@@ -190,10 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{summary['killed']}/{summary['total']} killed, {summary['survived']} survived, {summary['error']} errors; "
         f"median examples to kill {summary['median_examples_to_kill']}; {result['duration_s']:.0f} s"
+        + (f" ({len(per_seed)} seeds, killed means killed under each)" if per_seed else "")
     )
     for r in results:
         if r["status"] != "killed":
-            print(f"  {r['status'].upper()}: {r['name']} ({r['behaviour']}): {r['defect']}")
+            under = f" (spared by seed(s) {', '.join(map(str, r['seeds']['survived']))})" if "seeds" in r else ""
+            print(f"  {r['status'].upper()}: {r['name']} ({r['behaviour']}): {r['defect']}{under}")
     print(f"  {args.out / 'mutants.md'}")
     return 0 if summary["killed"] == summary["total"] else 1
 

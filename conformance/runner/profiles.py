@@ -12,6 +12,8 @@
 * ``ci-random`` — ``ci``'s size (the same number of examples) but random: with ``--hypothesis-seed=K`` each K
   draws other examples. The no-false-alarm run (``mutants/seeds.py``) runs the correct adapters under many
   seeds with it: a correct candidate must pass whatever sample the default profile happens to draw.
+* ``ci-random-noshrink`` — ``ci-random`` without the shrink phase: the mutant run under random seeds
+  (``mutants/run.py --seeds N``), where a kill must not depend on the one sample ``ci`` draws.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ settings.register_profile(
 settings.register_profile(
     "ci-random", database=None, max_examples=40, phases=PHASES, **COMMON  # type: ignore[arg-type]
 )
+settings.register_profile(
+    "ci-random-noshrink",
+    database=None,
+    max_examples=40,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+    **COMMON,  # type: ignore[arg-type]
+)
 settings.register_profile("dev", max_examples=15, phases=PHASES, **COMMON)  # type: ignore[arg-type]
 settings.register_profile("thorough", max_examples=400, phases=PHASES, **COMMON)  # type: ignore[arg-type]
 
@@ -64,4 +73,4 @@ def bound_shrinking() -> None:
 bound_shrinking()
 
 DEFAULT_PROFILE = "ci"
-PROFILES = ("ci", "dev", "thorough", "ci-noshrink", "ci-random")
+PROFILES = ("ci", "dev", "thorough", "ci-noshrink", "ci-random", "ci-random-noshrink")
