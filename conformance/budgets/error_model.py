@@ -102,6 +102,13 @@ def exact(x: np.ndarray) -> Tracked:
     return Tracked(v, np.zeros_like(v), np.abs(v))
 
 
+def integers(x: np.ndarray, unit: float) -> Tracked:
+    """Integers (positions) converted to a float format of unit roundoff ``unit``: exact up to 1/unit (2^24 in
+    float32), then rounded to the format's spacing, off by up to ``unit``·|x|."""
+    v = np.asarray(x, dtype=np.float64)
+    return Tracked(v, np.where(np.abs(v) > 1.0 / unit, unit * np.abs(v), 0.0), np.abs(v))
+
+
 def _store(r: Rounding, v: F64, unit: float | None) -> F64:
     """The rounding of a result stored at ``unit`` (default: where intermediates are stored)."""
     u = r.u_mid if unit is None else unit

@@ -48,7 +48,7 @@ def sinusoidal_table(positions: np.ndarray, d: int, base: float, conv: Conventio
     """PE(positions) (T, d) as a candidate computes it: angles pos·ω_i at the declared angle precision."""
     u_angle, trig = _trig_rounding(conv, r)
     ang = em.mul(
-        Rounding(u_angle, u_angle), em.exact(np.asarray(positions, dtype=np.float64)[:, None]), _theta(d, base, u_angle)
+        Rounding(u_angle, u_angle), em.integers(np.asarray(positions)[:, None], u_angle), _theta(d, base, u_angle)
     )
     sin, cos = _sin_cos(trig, ang)
     parts = []
@@ -175,7 +175,7 @@ def _scaled_trig(
     inv, factor = scaled_inv_freq(
         rd, params.get("base", 10000.0), params.get("scaling"), int(pos.max()) + 1 if pos.size else 0, u_angle
     )
-    ang = em.mul(Rounding(u_angle, u_angle), em.exact(pos.astype(np.float64)[:, None]), inv)
+    ang = em.mul(Rounding(u_angle, u_angle), em.integers(pos[:, None], u_angle), inv)
     sin, cos = _sin_cos(trig, ang)
     if factor != 1.0:
         f = em.const(trig, factor)

@@ -22,7 +22,10 @@ def rope_trig(
     base = params.get("base", 10000.0)
     angles = ref.rope_angles(positions, rd, base)
     u_angle = fmt(conv.rope_angle_dtype).unit_roundoff
-    ang = Tracked(angles, rope_angle_ulps(rd, base) * u_angle * np.abs(angles), np.abs(angles))
+    # the positions as the angle format holds them: past 1/u (2^24 in float32) a position is itself rounded
+    held = em.integers(positions, u_angle)
+    rel = rope_angle_ulps(rd, base) * u_angle + held.e[:, None] / np.maximum(held.m[:, None], 1.0)
+    ang = Tracked(angles, rel * np.abs(angles), np.abs(angles))
     trig = Rounding(u_work=max(u_angle, r.u_work), u_mid=r.u_mid)
     return em.trig(trig, ang, np.cos, lambda v: -np.sin(v)), em.trig(trig, ang, np.sin, np.cos), rd
 

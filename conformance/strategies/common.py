@@ -104,11 +104,14 @@ def long_positions(dtype: Format) -> bool:
 
 
 @st.composite
-def positions(draw: st.DrawFn, t: int, long: bool = False) -> np.ndarray:
+def positions(draw: st.DrawFn, t: int, long: bool = False, below_2_24: bool = False) -> np.ndarray:
     """Positions from 0 … 64, from the 4096 edge where bfloat16 stops counting integers exactly, up to 10⁵,
-    past 2^17 (beyond a 128k context); with ``long``, from 2000 up only (``LONG_STARTS``). Not yet across 2^24
-    (conformance/harness/regimes.py says why)."""
-    starts = LONG_STARTS if long else [0, 1, 2000, 4090, 8191, 30000, 99_990, 131_075, 131_075]
+    past 2^17 (beyond a 128k context), and across 2^24, where float32 stops counting them exactly (from
+    2^24 − 1: an odd stride lands on positions float32 cannot hold); with ``long``, from 2000 up only
+    (``LONG_STARTS``); with ``below_2_24``, not across 2^24."""
+    starts = LONG_STARTS if long else [0, 1, 2000, 4090, 8191, 30000, 99_990, 131_075, 2**24 - 1, 131_075, 2**24 - 1]
+    if below_2_24:
+        starts = [s for s in starts if s < 2**24 - 64]
     start = draw(st.sampled_from(starts), label="first position")
     stride = draw(st.integers(1, 7), label="stride")
     return np.arange(start, start + stride * t, stride, dtype=np.int64)
