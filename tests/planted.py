@@ -895,3 +895,12 @@ ORT_BREAKS = {
     "ort_rope_interleaved_attr": ("rope", ("rope/forward",), "float32"),
     "ort_gqa_tiled": ("attention", ("attention/gqa-grouping", "attention/forward"), "float32"),
 }
+
+
+def one_pass_variance_renamed(device: str = "cpu") -> TorchAdapter:
+    """The catalogue's ``ln-one-pass-variance-fp32`` under another name (tests/test_verdict_by_name.py)."""
+    from mutants.catalogue import ln_one_pass_variance_fp32
+
+    adapter = ln_one_pass_variance_fp32(device)
+    adapter.name = "zz-renamed-layer-norm"  # type: ignore[misc]
+    return adapter
