@@ -4,6 +4,7 @@ whose partial sums round to the input dtype, and autograd functions with a delib
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -203,7 +204,9 @@ class LinearCrossEntropyFused(torch.autograd.Function):
     entropy kernels do, for a unit cotangent (1/#valid per valid token for the mean), and scaled by the upstream
     gradient in the backward. ``defect``: "first_row" scales ∂W and ∂b by the first element of a per-token
     upstream gradient instead of each token's own (folding g in after the projection); "unmasked_weight" leaves
-    ignored tokens' rows of softmax − onehot in the ∂W and ∂b projections (∂x masked)."""
+    ignored tokens' rows of softmax − onehot in the ∂W and ∂b projections (∂x masked); "chunk_accumulator" walks
+    the tokens in chunks as Liger-Kernel's fused kernel sizes them (next_pow2(N / ⌈V/H⌉) tokens) and accumulates
+    ∂W and ∂b chunk by chunk in the weight's dtype, each chunk's addition rounded (right in float32)."""
 
     @staticmethod
     def forward(
@@ -244,8 +247,15 @@ class LinearCrossEntropyFused(torch.autograd.Function):
             d_w = d_w * (gf[0] if ctx.defect == "first_row" else gf[:, None])
         else:
             d, d_w = d * gf, d_w * gf
-        dx, dw, db = d @ wf, d_w.T @ xf, d_w.sum(0)
         tx, tw, tb = ctx.dtypes
+        dx, dw, db = d @ wf, d_w.T @ xf, d_w.sum(0)
+        if ctx.defect == "chunk_accumulator":
+            n, (v, h) = d_w.shape[0], wf.shape
+            chunk = 1 << max(math.ceil(n / math.ceil(v / h)) - 1, 0).bit_length()
+            dw, db = torch.zeros(wf.shape, dtype=tw), torch.zeros(v, dtype=tb)
+            for s in range(0, n, chunk):
+                dw = (dw.float() + d_w[s : s + chunk].T @ xf[s : s + chunk]).to(tw)
+                db = (db.float() + d_w[s : s + chunk].sum(0)).to(tb)
         return dx.to(tx), dw.to(tw), db.to(tb), None, None, None, None
 #: Liger-Kernel's RMSNorm block kernels: taken for at least this many rows of at most BLOCK_COLS features
 BLOCK_ROWS_FROM, BLOCK_COLS, BLOCK_ROW = 32_768, 256, 16

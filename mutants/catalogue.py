@@ -855,6 +855,16 @@ def lce_weight_grad_unmasked(a: MutantAdapter) -> None:
 
 @mutant(
     "linear_cross_entropy",
+    "linear_cross_entropy/regime-gradient",
+    "fused kernel walks the tokens in chunks and accumulates ∂W and ∂b across them in the weight's dtype: each "
+    "chunk's sum rounded to bfloat16 or float16, where one float32 accumulation is declared",
+)
+def lce_chunk_accumulator_input_dtype(a: MutantAdapter) -> None:
+    a.impl["linear_cross_entropy"] = _fused_lce("chunk_accumulator")
+
+
+@mutant(
+    "linear_cross_entropy",
     "linear_cross_entropy/equals-unfused",
     "fused logsumexp without the max shift: log Σ exp(u) overflows where the unfused loss does not",
 )

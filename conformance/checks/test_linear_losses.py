@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import allowed_error
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import (
     CheckFailure,
     Record,
@@ -27,6 +28,7 @@ from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import linear_losses as lls
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.linear_losses import REDUCTIONS
@@ -104,6 +106,44 @@ def test_forward(adapter: Adapter, dtype: Any, record: Record, data: st.DataObje
 def test_gradient(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
     case = data.draw(_case(adapter, dtype), label="case")
     check_vjp(adapter, OP, case, _cotangent(data, case, dtype), dtype, record)
+
+
+REGIMES = (
+    "2048 tokens through a head of 1024 classes over hidden 64, a quarter ignored (fused kernels walk the tokens in "
+    "chunks, ∂W and ∂b summed over them); a vocabulary of 131,072"
+)
+
+
+@check(
+    "linear_cross_entropy/regime-forward",
+    "linear_cross_entropy",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    HEAD,
+    op=OP,
+    choices=CHOICES,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.linear_ce_cases(dtype, declared(adapter, OP, "reduction")), label="cases")
+    size_regimes.forward(adapter, OP, cases, dtype, record)
+
+
+@check(
+    "linear_cross_entropy/regime-gradient",
+    "linear_cross_entropy",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}; a per-token upstream "
+    "gradient for reduction none",
+    HEAD,
+    op=OP,
+    grad=True,
+    choices=CHOICES,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.linear_ce_cases(dtype, declared(adapter, OP, "reduction")), label="cases")
+    size_regimes.gradient(adapter, OP, cases, dtype, record)
 
 
 @check(
@@ -269,6 +309,33 @@ def test_z_mean_gradient(adapter: Adapter, dtype: Any, record: Record, data: st.
     case = data.draw(lls.z_loss_mean_case(dtype), label="case")
     g = dtype.round(np.asarray(data.draw(st.sampled_from([1.0, 0.37, -2.5, 64.0]), label="g")))
     check_vjp(adapter, ZOP, case, g, dtype, record)
+
+
+@check(
+    "z_loss_mean/regime-forward",
+    "z_loss_mean",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {sizes.TOKEN_MEAN_REGIMES}",
+    ZMEAN,
+    op=ZOP,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_mean_regime_forward(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, ZOP, data.draw(sizes.token_mean_cases(dtype, ZOP), label="cases"), dtype, record)
+
+
+@check(
+    "z_loss_mean/regime-gradient",
+    "z_loss_mean",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {sizes.TOKEN_MEAN_REGIMES}",
+    ZMEAN,
+    op=ZOP,
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_mean_regime_gradient(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, ZOP, data.draw(sizes.token_mean_cases(dtype, ZOP), label="cases"), dtype, record)
 
 
 @check(

@@ -8,10 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import losses as lst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.losses import valid_tokens
@@ -77,6 +79,35 @@ def test_ce_mean_valid_subset(adapter: Adapter, dtype: Format, record: Record, d
             f"with {int((~valid).sum())} of {valid.size} tokens ignored: got {float(y_all):.8g}, should be "
             f"{float(y_sub):.8g} ± {tol:.3g}, the loss of the {int(valid.sum())} valid tokens alone [{call}]"
         )
+
+
+@check(
+    "cross_entropy_mean/regime-forward",
+    "cross_entropy_mean",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {sizes.TOKEN_MEAN_REGIMES}",
+    MEAN,
+    op="cross_entropy_mean",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_ce_mean_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.token_mean_cases(dtype, "cross_entropy_mean"), label="cases")
+    size_regimes.forward(adapter, "cross_entropy_mean", cases, dtype, record)
+
+
+@check(
+    "cross_entropy_mean/regime-gradient",
+    "cross_entropy_mean",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {sizes.TOKEN_MEAN_REGIMES}",
+    MEAN,
+    op="cross_entropy_mean",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_ce_mean_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.token_mean_cases(dtype, "cross_entropy_mean"), label="cases")
+    size_regimes.gradient(adapter, "cross_entropy_mean", cases, dtype, record)
 
 
 @check("softcap_z_loss/value", "softcap_z_loss", "α·z(c·tanh(u/c))² agrees with the oracle", CAP, op="softcap_z_loss")

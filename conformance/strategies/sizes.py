@@ -38,6 +38,19 @@ MANY_HEADS = (1, 64, 8, 3)  # B, H_q, L_q, L_k with 8 KV heads
 ROPE = (32, 300, 128)  # heads, T, d
 #: SwiGLU with a long input row (d = 8192) and a wide hidden layer (h = 8192).
 SWIGLU = ((2, 8192, 24), (2, 16, 8192))  # rows, d, h
+#: The token-reduced losses over many tokens (a mean over a long count; losses chunked over tokens, as torchtune's
+#: CEWithChunkedOutputLoss, or over blocks of rows) — tokens × vocabulary — and over a 128k vocabulary.
+MANY_TOKENS = (16_384, 32)
+#: What the token-reduced losses' regime checks say they cover.
+TOKEN_MEAN_REGIMES = (
+    "16,384 tokens, a quarter ignored (a mean over a long count; losses chunked over tokens); a vocabulary of 131,072"
+)
+#: The fused LM-head loss: many tokens through a head several times wider than the hidden size (Liger's fused
+#: linear cross-entropy walks the tokens in chunks of next_pow2(N / ⌈V/H⌉): 16 chunks here, ∂W and ∂b summed
+#: over them), and a 128k vocabulary. Tokens × hidden × vocabulary.
+LINEAR_CE = ((2048, 64, 1024), (2, 16, VOCAB))
+#: Ignored tokens in the many-token regimes: about this fraction, with ignore_index −100.
+IGNORED = 0.25
 
 
 @st.composite
@@ -114,4 +127,49 @@ def swiglu_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
             "w2": fill(dtype, (h, d), h**-0.5, s + 3),
         }
         cases.append(Case(inputs, {}, {"regime": f"d {d}, h {h}", "seed": s}))
+    return cases
+
+
+def _some_ignored(targets: np.ndarray, seed: int) -> np.ndarray:
+    """``targets`` with about IGNORED of them set to −100 (never the first: one token always counts)."""
+    ignored = np.random.default_rng(seed).random(len(targets)) < IGNORED
+    ignored[0] = False
+    return np.where(ignored, -100, targets).astype(np.int64)
+
+
+@st.composite
+def token_mean_cases(draw: st.DrawFn, dtype: Format, op: str) -> list[Case]:
+    """``cross_entropy_mean`` or ``z_loss_mean`` (α 10⁻⁴) over 16,384 (+0–15) tokens of a 32-class vocabulary,
+    a quarter ignored, and over two tokens of a 131,072-class one."""
+    seed = draw(seeds, label="seed")
+    extra = draw(st.sampled_from([0, 7, 15]), label="tokens past 16,384")
+    cases = []
+    for k, (n, v) in enumerate(((MANY_TOKENS[0] + extra, MANY_TOKENS[1]), (2, VOCAB))):
+        s = seed + 16 * k
+        targets = np.random.default_rng(s + 1).integers(0, v, size=n)
+        params: dict[str, Any] = {"ignore_index": -100} | ({"alpha": 1e-4} if op == "z_loss_mean" else {})
+        inputs = {"logits": fill(dtype, (n, v), 2.0, s), "targets": _some_ignored(targets, s + 2)}
+        cases.append(Case(inputs, params, {"regime": f"{n} tokens × vocabulary {v}", "seed": s}))
+    return cases
+
+
+@st.composite
+def linear_ce_cases(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...]) -> list[Case]:
+    """The fused LM-head loss over 2048 (+0–15) tokens, hidden 64, vocabulary 1024, a quarter ignored, and over
+    two tokens of a 131,072-class head; the reduction drawn among the candidate's."""
+    seed = draw(seeds, label="seed")
+    extra = draw(st.sampled_from([0, 7, 15]), label="tokens past 2048")
+    reduction = draw(st.sampled_from(reductions), label="reduction")
+    cases = []
+    for k, (n, h, v) in enumerate(((LINEAR_CE[0][0] + extra, *LINEAR_CE[0][1:]), LINEAR_CE[1])):
+        s = seed + 16 * k
+        targets = np.random.default_rng(s + 3).integers(0, v, size=n)
+        inputs = {
+            "x": fill(dtype, (n, h), 1.0, s),
+            "weight": fill(dtype, (v, h), 4.0 / np.sqrt(h), s + 1),
+            "bias": fill(dtype, (v,), 1.0, s + 2),
+            "targets": _some_ignored(targets, s + 4),
+        }
+        params = {"ignore_index": -100, "reduction": reduction}
+        cases.append(Case(inputs, params, {"regime": f"{n} tokens, hidden {h}, vocabulary {v}", "seed": s}))
     return cases
