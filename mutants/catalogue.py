@@ -791,6 +791,16 @@ def z_loss_squared_in_float16(a: MutantAdapter) -> None:
     a.impl["z_loss"] = z_loss
 
 
+@mutant(
+    "z_loss",
+    "z_loss/regime-forward",
+    "log Σ exp over vocabulary chunks of 32,768 with a running max whose sum is not rescaled when a later chunk "
+    "raises the max: right for vocabularies of one chunk",
+)
+def z_chunked_no_rescale(a: MutantAdapter) -> None:
+    a.impl["z_loss"] = lambda logits, alpha=1e-4: (alpha * chunked_logsumexp(logits) ** 2).to(logits.dtype)
+
+
 @mutant("z_loss", "z_loss/default-alpha", "default α = 1e-3 instead of PaLM's 1e-4")
 def z_loss_default_alpha(a: MutantAdapter) -> None:
     a.impl["z_loss"] = lambda logits, alpha=1e-3: alpha * torch.logsumexp(logits, dim=-1) ** 2

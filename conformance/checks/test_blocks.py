@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import allowed_error
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.agreement import agree
 from transformer_conformance.conformance.harness.compare import (
     CheckFailure,
@@ -25,6 +26,7 @@ from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.blocks import PLACEMENTS
@@ -265,6 +267,10 @@ def test_depth_identity_path(adapter: Adapter, dtype: Format, record: Record, da
     record.examples += 1
 
 
+#: what the LM head regime checks cover
+LM_HEAD_REGIMES = "d = 8192 (a long row normalised, then a long reduction) and a head of 131,072 classes"
+
+
 @check("lm-head/forward", "blocks", "final RMSNorm then W_head agrees with the oracle", LM_HEAD, op="lm_head")
 @given(data=st.data())
 def test_lm_head_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
@@ -278,6 +284,34 @@ def test_lm_head_gradient(adapter: Adapter, dtype: Format, record: Record, data:
     shape = oracle.forward("lm_head", case.values(), case.params, adapter.conventions, dtype).shape
     cot = data.draw(cst.cotangent(dtype, shape), label="cotangent")
     check_vjp(adapter, "lm_head", case, cot, dtype, record)
+
+@check(
+    "lm-head/regime-forward",
+    "blocks",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {LM_HEAD_REGIMES}",
+    LM_HEAD,
+    op="lm_head",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_lm_head_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.lm_head_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "lm_head", cases, dtype, record)
+
+
+@check(
+    "lm-head/regime-gradient",
+    "blocks",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {LM_HEAD_REGIMES}",
+    LM_HEAD,
+    op="lm_head",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_lm_head_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.lm_head_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "lm_head", cases, dtype, record)
 
 
 @check(

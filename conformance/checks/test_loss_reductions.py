@@ -110,6 +110,10 @@ def test_ce_mean_regime_gradient(adapter: Adapter, dtype: Format, record: Record
     size_regimes.gradient(adapter, "cross_entropy_mean", cases, dtype, record)
 
 
+#: what the soft-capped z-loss regime checks cover
+CAP_REGIMES = "a vocabulary of 131,072 (chunked log-sum-exp), logits across the cap's knee"
+
+
 @check("softcap_z_loss/value", "softcap_z_loss", "α·z(c·tanh(u/c))² agrees with the oracle", CAP, op="softcap_z_loss")
 @given(data=st.data())
 def test_softcap_value(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
@@ -132,6 +136,34 @@ def test_softcap_gradient(adapter: Adapter, dtype: Format, record: Record, data:
     cot = data.draw(cst.cotangent(dtype, case.inputs["logits"].shape[:-1]), label="cotangent")
     check_vjp(adapter, "softcap_z_loss", case, cot, dtype, record)
 
+
+@check(
+    "softcap_z_loss/regime-forward",
+    "softcap_z_loss",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {CAP_REGIMES}",
+    CAP,
+    op="softcap_z_loss",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_softcap_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.softcap_z_loss_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "softcap_z_loss", cases, dtype, record)
+
+
+@check(
+    "softcap_z_loss/regime-gradient",
+    "softcap_z_loss",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {CAP_REGIMES}",
+    CAP,
+    op="softcap_z_loss",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_softcap_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.softcap_z_loss_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "softcap_z_loss", cases, dtype, record)
 
 @check(
     "softcap_z_loss/bounded",

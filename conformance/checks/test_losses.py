@@ -120,6 +120,32 @@ def test_z_loss_default_alpha(adapter: Adapter, dtype: Format, record: Record, d
 
 REGIMES = "a vocabulary of 131,072 (chunked and online-softmax losses)"
 
+@check(
+    "z_loss/regime-forward",
+    "z_loss",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    ZCITE,
+    op="z_loss",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_loss_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "z_loss", data.draw(sizes.z_loss_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "z_loss/regime-gradient",
+    "z_loss",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    ZCITE,
+    op="z_loss",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_loss_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "z_loss", data.draw(sizes.z_loss_cases(dtype), label="cases"), dtype, record)
+
 
 @check(
     "cross_entropy/regime-forward",

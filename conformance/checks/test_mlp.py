@@ -9,6 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import (
     CheckFailure,
     Record,
@@ -20,6 +21,7 @@ from transformer_conformance.conformance.harness.compare import (
 from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS, ffn_hidden_dim, mlp_weight_count
@@ -88,6 +90,72 @@ def test_glu_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.
     case = data.draw(_case(adapter, dtype, gated=True), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "glu_mlp", case, cot, dtype, record)
+
+
+#: what the MLP family's regime checks cover
+REGIMES = "d = 8192 (a long reduction into the hidden layer) and h = 8192 (a long one out of it)"
+
+
+@check(
+    "mlp/regime-forward",
+    "mlp",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    MLP,
+    op="mlp",
+    choices=PLAIN,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_mlp_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.ffn_cases(dtype, False, declared(adapter, "mlp", "activation")), label="cases")
+    size_regimes.forward(adapter, "mlp", cases, dtype, record)
+
+
+@check(
+    "mlp/regime-gradient",
+    "mlp",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    MLP,
+    op="mlp",
+    grad=True,
+    choices=PLAIN,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_mlp_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.ffn_cases(dtype, False, declared(adapter, "mlp", "activation")), label="cases")
+    size_regimes.gradient(adapter, "mlp", cases, dtype, record)
+
+
+@check(
+    "glu/regime-forward",
+    "mlp",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    GLU,
+    op="glu_mlp",
+    choices=GATED,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_glu_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.ffn_cases(dtype, True, declared(adapter, "glu_mlp", "activation")), label="cases")
+    size_regimes.forward(adapter, "glu_mlp", cases, dtype, record)
+
+
+@check(
+    "glu/regime-gradient",
+    "mlp",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    GLU,
+    op="glu_mlp",
+    grad=True,
+    choices=GATED,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_glu_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.ffn_cases(dtype, True, declared(adapter, "glu_mlp", "activation")), label="cases")
+    size_regimes.gradient(adapter, "glu_mlp", cases, dtype, record)
 
 
 def _zero_maps_to_zero(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject, gated: bool) -> None:

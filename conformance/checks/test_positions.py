@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import (
     CheckFailure,
     Record,
@@ -20,6 +21,7 @@ from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.harness.properties import check_invariance, run
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import positions as pst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.positions import alibi_slopes, sinusoidal_shift
 
@@ -30,6 +32,10 @@ LEARNED = (
     "undefined — a hard failure, no graceful degradation"
 )
 ALIBI = "seed-000 §ALiBi: a fixed, head-specific linear penalty −slope_h·|i − j| added to attention scores"
+#: what the regime checks cover
+SINE_REGIMES = "300 positions × 4096 features, from position 0, 4090 or 30,000"
+LEARNED_REGIMES = "a table of 32,768 rows × 64 read at 4096 positions, a quarter of them repeats"
+ALIBI_REGIMES = "64 heads, 8 queries over 520 keys (kernels fill the biases a tile of keys at a time)"
 SLOPES = ALIBI + "; slopes 2^(−8h/H), h = 1 … H, for H a power of two (Press et al., 2022)"
 
 
@@ -114,6 +120,35 @@ def test_sinusoidal_worked_example(adapter: Adapter, dtype: Format, record: Reco
         raise CheckFailure(f"PE{list(i)}: got {pe[i]:.6g}, should be {want[i]:.6g} [{call}]")
 
 
+@check(
+    "sinusoidal/regime-forward",
+    "sinusoidal",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {SINE_REGIMES}",
+    SINE,
+    op="sinusoidal_positions",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_sinusoidal_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.sinusoidal_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "sinusoidal_positions", cases, dtype, record)
+
+
+@check(
+    "sinusoidal/regime-gradient",
+    "sinusoidal",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {SINE_REGIMES}",
+    SINE,
+    op="sinusoidal_positions",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_sinusoidal_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.sinusoidal_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "sinusoidal_positions", cases, dtype, record)
+
+
 # ---- learned ----------------------------------------------------------------------------------------------------
 
 
@@ -161,6 +196,35 @@ def test_learned_beyond_table(adapter: Adapter, dtype: Format, record: Record, d
         return
     shown = np.asarray(out).astype(np.float64).ravel()[:4].tolist() if isinstance(out, np.ndarray) else type(out)
     raise CheckFailure(f"position {bad} of a table of L = {n}: got an output ({shown} …), should be an error [{call}]")
+
+
+@check(
+    "learned/regime-forward",
+    "learned",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {LEARNED_REGIMES}",
+    LEARNED,
+    op="learned_positions",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_learned_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.learned_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "learned_positions", cases, dtype, record)
+
+
+@check(
+    "learned/regime-gradient",
+    "learned",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {LEARNED_REGIMES}",
+    LEARNED,
+    op="learned_positions",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_learned_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.learned_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "learned_positions", cases, dtype, record)
 
 
 # ---- ALiBi ------------------------------------------------------------------------------------------------------
@@ -219,3 +283,30 @@ def test_alibi_translation(adapter: Adapter, dtype: Format, record: Record, data
     t = data.draw(st.sampled_from([1, 17, 4096, 65536]), label="t")
     changed = dict(case.inputs, q_positions=case.inputs["q_positions"] + t, k_positions=case.inputs["k_positions"] + t)
     check_invariance(adapter, "alibi", case, changed, dtype, record, f"positions + {t}")
+
+
+@check(
+    "alibi/regime-forward",
+    "alibi",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {ALIBI_REGIMES}",
+    ALIBI,
+    op="alibi",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_alibi_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, "alibi", data.draw(sizes.alibi_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "alibi/regime-gradient",
+    "alibi",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {ALIBI_REGIMES}",
+    ALIBI,
+    op="alibi",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_alibi_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, "alibi", data.draw(sizes.alibi_cases(dtype), label="cases"), dtype, record)

@@ -14,11 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
 from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import positions as pst
+from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import rope_scaling as rs
 from transformer_conformance.reference.formats import Format
@@ -98,6 +100,41 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     case = data.draw(_case(adapter, dtype), label="case")
     cot = data.draw(cst.cotangent(dtype, case.inputs["x"].shape), label="cotangent")
     check_vjp(adapter, "rope_scaled", case, cot, dtype, record)
+
+
+#: what the rope_scaled regime checks cover
+REGIMES = "32 heads × 300 positions × 128 features, from 0, 4090, 30,000 or 131,000 (past every trained length)"
+
+
+@check(
+    "rope_scaled/regime-forward",
+    "rope_scaling",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    EXTEND,
+    op="rope_scaled",
+    choices=ALL,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.rope_scaled_cases(dtype, declared(adapter, "rope_scaled", RULE, STATELESS)), label="cases")
+    size_regimes.forward(adapter, "rope_scaled", cases, dtype, record)
+
+
+@check(
+    "rope_scaled/regime-gradient",
+    "rope_scaling",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
+    EXTEND,
+    op="rope_scaled",
+    grad=True,
+    choices=ALL,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.rope_scaled_cases(dtype, declared(adapter, "rope_scaled", RULE, STATELESS)), label="cases")
+    size_regimes.gradient(adapter, "rope_scaled", cases, dtype, record)
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.common import Case, fill, seeds
+from transformer_conformance.conformance.strategies.positions import scaling
 from transformer_conformance.reference.formats import Format
 
 #: One example per regime check, never shrunk (a shrink would rerun a case of millions of elements): the
@@ -38,6 +39,17 @@ MANY_HEADS = (1, 64, 8, 3)  # B, H_q, L_q, L_k with 8 KV heads
 ROPE = (32, 300, 128)  # heads, T, d
 #: SwiGLU with a long input row (d = 8192) and a wide hidden layer (h = 8192).
 SWIGLU = ((2, 8192, 24), (2, 16, 8192))  # rows, d, h
+#: RoPE context extension over the RoPE regime's grid, from a first position past the trained length.
+ROPE_SCALED_STARTS = (0, 4090, 30000, 131_000)
+#: The positional encodings: the sinusoidal table over many positions of a wide model (tokens × d), ALiBi's biases
+#: for 64 heads over 520 keys (kernels fill them per tile of keys), a learned table of 32,768 rows read at 4096
+#: positions with repeats (embedding backward kernels sort or atomically add the repeated rows).
+SINUSOIDAL = (300, 4096)
+ALIBI = (64, 8, 520)  # H, T_q, T_k
+LEARNED = (32_768, 64, 4096)  # L, d, T
+#: The LM head: a final RMSNorm over a long row into a narrow head (a long reduction), and a short row into a
+#: 131,072-class head. Tokens × d × vocabulary.
+LM_HEAD = ((4, 8192, 256), (2, 16, VOCAB))
 #: The token-reduced losses over many tokens (a mean over a long count; losses chunked over tokens, as torchtune's
 #: CEWithChunkedOutputLoss, or over blocks of rows) — tokens × vocabulary — and over a 128k vocabulary.
 MANY_TOKENS = (16_384, 32)
@@ -173,3 +185,104 @@ def linear_ce_cases(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...])
         params = {"ignore_index": -100, "reduction": reduction}
         cases.append(Case(inputs, params, {"regime": f"{n} tokens, hidden {h}, vocabulary {v}", "seed": s}))
     return cases
+
+
+@st.composite
+def ffn_cases(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...]) -> list[Case]:
+    """The plain or gated MLP (activation drawn among ``activations``) at SwiGLU's regimes: d = 8192 and h = 8192."""
+    seed = draw(seeds, label="seed")
+    act = draw(st.sampled_from(activations), label="activation")
+    cases = []
+    for k, (rows, d, h) in enumerate(SWIGLU):
+        s = seed + 16 * k
+        x = fill(dtype, (rows, d), 1.0, s)
+        w_in, w_out = fill(dtype, (d, h), d**-0.5, s + 1), fill(dtype, (h, d), h**-0.5, s + 3)
+        if gated:
+            inputs = {"x": x, "w1": w_in, "w3": fill(dtype, (d, h), d**-0.5, s + 2), "w2": w_out}
+        else:
+            inputs = {"x": x, "w_in": w_in, "w_out": w_out}
+        cases.append(Case(inputs, {"activation": act}, {"regime": f"{act}, d {d}, h {h}", "seed": s}))
+    return cases
+
+
+@st.composite
+def z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The per-token z-loss (α drawn) of two tokens over a vocabulary of 131,072."""
+    seed = draw(seeds, label="seed")
+    alpha = draw(st.sampled_from([1e-4, 1e-3]), label="alpha")
+    logits = fill(dtype, (2, VOCAB), 2.0, seed)
+    return [Case({"logits": logits}, {"alpha": alpha}, {"regime": f"vocabulary {VOCAB}", "seed": seed})]
+
+
+@st.composite
+def softcap_z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The soft-capped z-loss (Gemma 2's final cap of 30, or 50) of two tokens over a vocabulary of 131,072,
+    logits spread over the tanh's knee (2c)."""
+    seed = draw(seeds, label="seed")
+    cap = draw(st.sampled_from([30.0, 50.0]), label="cap")
+    logits = fill(dtype, (2, VOCAB), 2.0 * cap, seed)
+    params = {"alpha": 1e-4, "cap": cap}
+    return [Case({"logits": logits}, params, {"regime": f"vocabulary {VOCAB}, cap {cap:g}", "seed": seed})]
+
+
+@st.composite
+def lm_head_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """Final RMSNorm then W_head: 4 tokens of d = 8192 into 256 classes, and 2 tokens of d = 16 into 131,072."""
+    seed = draw(seeds, label="seed")
+    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    cases = []
+    for k, (t, d, v) in enumerate(LM_HEAD):
+        s = seed + 16 * k
+        inputs = {
+            "x": fill(dtype, (t, d), 1.0, s),
+            "norm_weight": fill(dtype, (d,), 0.2, s + 1, offset=1.0),
+            "w_head": fill(dtype, (d, v), d**-0.5, s + 2),
+        }
+        cases.append(Case(inputs, {"eps": eps}, {"regime": f"{t} tokens, d {d}, vocabulary {v}", "seed": s}))
+    return cases
+
+
+@st.composite
+def rope_scaled_cases(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...]) -> list[Case]:
+    """A context-extension rule among ``kinds`` over 32 heads × 300 positions × 128 features, from a drawn first
+    position (131,000: past every trained length drawn)."""
+    seed = draw(seeds, label="seed")
+    start = draw(st.sampled_from(ROPE_SCALED_STARTS), label="first position")
+    rule = draw(scaling(kinds, ROPE[2]), label="rule")
+    heads, t, d = ROPE
+    inputs = {"x": fill(dtype, (heads, t, d), 1.0, seed), "positions": np.arange(start, start + t, dtype=np.int64)}
+    params = {"base": 10000.0, "rotary_dim": None, "scaling": rule}
+    return [Case(inputs, params, {"regime": f"{rule['type']}, {heads} heads × {t} × {d} from {start}", "seed": seed})]
+
+
+@st.composite
+def sinusoidal_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """x + PE over 300 positions × 4096 features, from a drawn first position."""
+    seed = draw(seeds, label="seed")
+    start = draw(st.sampled_from([0, 4090, 30000]), label="first position")
+    t, d = SINUSOIDAL
+    inputs = {"x": fill(dtype, (1, t, d), 1.0, seed), "positions": np.arange(start, start + t, dtype=np.int64)}
+    return [Case(inputs, {"base": 10000.0}, {"regime": f"{t} positions × {d}", "seed": seed})]
+
+
+@st.composite
+def alibi_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """ALiBi over 64 heads, 8 queries at the end of 520 keys."""
+    seed = draw(seeds, label="seed")
+    h, tq, tk = ALIBI
+    start = draw(st.sampled_from([0, 4090]), label="first position")
+    kp = np.arange(start, start + tk, dtype=np.int64)
+    inputs = {"scores": fill(dtype, (1, h, tq, tk), 4.0, seed), "q_positions": kp[-tq:].copy(), "k_positions": kp}
+    return [Case(inputs, {}, {"regime": f"{h} heads × {tq} queries × {tk} keys", "seed": seed})]
+
+
+@st.composite
+def learned_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """A table of 32,768 rows × 64 read at 4096 positions, about a quarter of them repeats."""
+    seed = draw(seeds, label="seed")
+    n, d, t = LEARNED
+    pos = np.random.default_rng(seed).integers(0, n, size=t)
+    pos[t // 2 :: 4] = pos[: t // 8]  # repeats far apart
+    pos[-1] = n - 1
+    inputs = {"table": fill(dtype, (n, d), 1.0, seed + 1), "positions": pos.astype(np.int64)}
+    return [Case(inputs, {}, {"regime": f"table {n} × {d}, {t} positions", "seed": seed})]
