@@ -125,6 +125,15 @@ def rope_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     return [Case({"x": x, "positions": pos}, params, {"regime": f"{heads} heads × {t} × {d}", "seed": seed})]
 
 
+def _ffn_inputs(dtype: Format, rows: int, d: int, h: int, s: int, gated: bool) -> dict[str, np.ndarray]:
+    """x (rows × d) and the weights at N(0, 1/fan_in): W₁, W₃, W₂ of a GLU (``gated``), else W_in, W_out."""
+    x = fill(dtype, (rows, d), 1.0, s)
+    w_in, w_out = fill(dtype, (d, h), d**-0.5, s + 1), fill(dtype, (h, d), h**-0.5, s + 3)
+    if gated:
+        return {"x": x, "w1": w_in, "w3": fill(dtype, (d, h), d**-0.5, s + 2), "w2": w_out}
+    return {"x": x, "w_in": w_in, "w_out": w_out}
+
+
 @st.composite
 def swiglu_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """d = 8192 (a long reduction into the hidden layer) and h = 8192 (a long one out of it)."""
@@ -132,13 +141,7 @@ def swiglu_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     cases = []
     for k, (rows, d, h) in enumerate(SWIGLU):
         s = seed + 16 * k
-        inputs = {
-            "x": fill(dtype, (rows, d), 1.0, s),
-            "w1": fill(dtype, (d, h), d**-0.5, s + 1),
-            "w3": fill(dtype, (d, h), d**-0.5, s + 2),
-            "w2": fill(dtype, (h, d), h**-0.5, s + 3),
-        }
-        cases.append(Case(inputs, {}, {"regime": f"d {d}, h {h}", "seed": s}))
+        cases.append(Case(_ffn_inputs(dtype, rows, d, h, s, gated=True), {}, {"regime": f"d {d}, h {h}", "seed": s}))
     return cases
 
 
@@ -195,12 +198,7 @@ def ffn_cases(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[st
     cases = []
     for k, (rows, d, h) in enumerate(SWIGLU):
         s = seed + 16 * k
-        x = fill(dtype, (rows, d), 1.0, s)
-        w_in, w_out = fill(dtype, (d, h), d**-0.5, s + 1), fill(dtype, (h, d), h**-0.5, s + 3)
-        if gated:
-            inputs = {"x": x, "w1": w_in, "w3": fill(dtype, (d, h), d**-0.5, s + 2), "w2": w_out}
-        else:
-            inputs = {"x": x, "w_in": w_in, "w_out": w_out}
+        inputs = _ffn_inputs(dtype, rows, d, h, s, gated)
         cases.append(Case(inputs, {"activation": act}, {"regime": f"{act}, d {d}, h {h}", "seed": s}))
     return cases
 
