@@ -142,26 +142,26 @@ def compare(
     g = got.astype(np.float64)
     exp = np.asarray(expected, dtype=np.float64)
     allowed = allowed_error(budget, dtype)
-    # where the exact value is within the budget of the overflow threshold, ±inf and ±max are both
-    # correct roundings of what a correct candidate computes
+    # a correct candidate's value lies within the budget of the exact one: where that interval reaches past
+    # the overflow threshold on one side, ±inf (or ±max) of that sign is a correct rounding of it. The side
+    # counts, not the exact value's sign: a budget wider than the value (a cancelling row) admits either
     threshold = dtype.max_finite + 0.5 * float(dtype.ulp(dtype.max_finite))
-    overflow = np.abs(exp) + allowed >= threshold
-    bad_nonfinite = np.isnan(g) | (~np.isfinite(g) & ~overflow)
-    if bad_nonfinite.any():
-        i = _index(bad_nonfinite)
-        raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} [{call}]")
-    must_overflow = np.abs(exp) - allowed >= threshold
-    # an overflowed answer (±inf or ±max) must have the exact value's sign; a finite one is judged by its error below
-    wrong = (must_overflow & (g != np.copysign(np.inf, exp))) | (
-        overflow & ~must_overflow & (np.sign(g) != np.sign(exp)) & (np.abs(g) >= dtype.max_finite)
-    )
+    up = exp + allowed >= threshold
+    down = exp - allowed <= -threshold
+    # where the whole interval lies past the threshold, the answer must be the infinity of that side
+    must = np.where(exp - allowed >= threshold, np.inf, np.where(exp + allowed <= -threshold, -np.inf, 0.0))
+    wrong = (must != 0.0) & (g != must)
     if wrong.any():
         i = _index(wrong)
         raise CheckFailure(
-            f"{what}: got {g[i]} at {i}, should be {np.copysign(np.inf, exp[i])} (the exact value "
-            f"{exp[i]:.6g} overflows {dtype.name}) [{call}]"
+            f"{what}: got {g[i]} at {i}, should be {must[i]} (the exact value {exp[i]:.6g} ± {allowed[i]:.3g} "
+            f"overflows {dtype.name}) [{call}]"
         )
-    near_max = overflow & (np.abs(g) >= dtype.max_finite)
+    bad_nonfinite = np.isnan(g) | ((g == np.inf) & ~up) | ((g == -np.inf) & ~down)
+    if bad_nonfinite.any():
+        i = _index(bad_nonfinite)
+        raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g} [{call}]")
+    near_max = ((g >= dtype.max_finite) & up) | ((g <= -dtype.max_finite) & down)
     err = np.where(near_max, 0.0, np.abs(g - exp))
     # ulps are counted at the element's condition scale: the larger of |value| and the magnitude of the
     # terms that make it up (equal to |value| where nothing cancels, as in a norm's forward)
