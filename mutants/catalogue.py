@@ -39,7 +39,9 @@ from mutants.building_blocks import (
     rope_variant,
     tree_sum,
 )
+from mutants.split_k import SplitKInputGrad, split_k_matmul
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
+from transformer_conformance.adapters.torch.blocks import ACTIVATIONS
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -54,6 +56,8 @@ BEHAVIOURS: dict[str, str] = {
     "attention": "test_attention.py",
     "linear_cross_entropy": "test_linear_losses.py",
     "z_loss_mean": "test_linear_losses.py",
+    "mlp": "test_mlp.py",
+    "blocks": "test_blocks.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
@@ -1000,6 +1004,97 @@ def attention_tile_no_rescale(a: MutantAdapter) -> None:
         return online_softmax_attention(q.float(), k.float(), v.float(), causal, softcap, scale).to(q.dtype)
 
     a.impl["attention"] = attention
+
+
+
+# ----------------------------------------------------------------------------------- mlp, lm head: split-K
+# cuBLAS-style split-K GEMMs whose slices are added in the input dtype (mutants/split_k.py): taken only for
+# reductions of 4096 terms or more, so only the size regimes reach them.
+
+
+@mutant(
+    "mlp",
+    "mlp/regime-forward",
+    "both GEMMs split-K from 4096 reduction terms, slices of 512 added in the input dtype (a reduced precision "
+    "reduction): exact for every shorter reduction",
+)
+def mlp_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def mlp(x: T, w_in: T, w_out: T, activation: str) -> T:
+        hidden = ACTIVATIONS[activation](split_k_matmul(x.float(), w_in.float(), x.dtype))
+        return split_k_matmul(hidden, w_out.float(), x.dtype).to(x.dtype)
+
+    a.impl["mlp"] = mlp
+
+
+@mutant(
+    "mlp",
+    "mlp/regime-gradient",
+    "the backward's ∂input GEMMs split-K from 4096 reduction terms, slices of 512 added in the input dtype: the "
+    "forward and every shorter reduction exact",
+)
+def mlp_backward_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def mlp(x: T, w_in: T, w_out: T, activation: str) -> T:
+        hidden = ACTIVATIONS[activation](SplitKInputGrad.apply(x.float(), w_in.float(), x.dtype))
+        return SplitKInputGrad.apply(hidden, w_out.float(), x.dtype).to(x.dtype)
+
+    a.impl["mlp"] = mlp
+
+
+@mutant(
+    "mlp",
+    "glu/regime-forward",
+    "the three GEMMs split-K from 4096 reduction terms, slices of 512 added in the input dtype: exact for every "
+    "shorter reduction",
+)
+def glu_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def glu_mlp(x: T, w1: T, w3: T, w2: T, activation: str) -> T:
+        xf, dt = x.float(), x.dtype
+        gated = ACTIVATIONS[activation](split_k_matmul(xf, w1.float(), dt)) * split_k_matmul(xf, w3.float(), dt)
+        return split_k_matmul(gated, w2.float(), dt).to(dt)
+
+    a.impl["glu_mlp"] = glu_mlp
+
+
+@mutant(
+    "swiglu",
+    "swiglu/regime-gradient",
+    "the three GEMMs split-K from 4096 reduction terms, slices of 512 added in the input dtype: exact for every "
+    "shorter reduction; ∂W₂ reads the hidden layer it leaves off, the output averages it away (declared unfused)",
+)
+def swiglu_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def swiglu_mlp(x: T, w1: T, w3: T, w2: T) -> T:
+        def gemm(u: T, w: T) -> T:
+            return split_k_matmul(u.float(), w.float(), x.dtype).to(x.dtype)
+
+        return gemm(F.silu(gemm(x, w1)) * gemm(x, w3), w2)
+
+    a.impl["swiglu_mlp"] = swiglu_mlp
+
+
+@mutant(
+    "blocks",
+    "lm-head/regime-forward",
+    "the head's GEMM split-K from 4096 reduction terms (d = 8192), slices of 512 added in the input dtype",
+)
+def lm_head_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def lm_head(x: T, norm_weight: T, w_head: T, eps: float) -> T:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), norm_weight.float(), eps)
+        return split_k_matmul(normed, w_head.float(), x.dtype).to(x.dtype)
+
+    a.impl["lm_head"] = lm_head
+
+
+@mutant(
+    "blocks",
+    "lm-head/regime-gradient",
+    "the backward's ∂x GEMM (over the vocabulary) split-K from 4096 classes, slices of 512 added in the input dtype",
+)
+def lm_head_backward_split_k_reduced_precision(a: MutantAdapter) -> None:
+    def lm_head(x: T, norm_weight: T, w_head: T, eps: float) -> T:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), norm_weight.float(), eps)
+        return SplitKInputGrad.apply(normed, w_head.float(), x.dtype).to(x.dtype)
+
+    a.impl["lm_head"] = lm_head
 
 
 def by_attribute() -> dict[str, Mutant]:
