@@ -351,3 +351,66 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
 @given(data=st.data())
 def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     size_regimes.gradient(adapter, "attention", data.draw(sizes.attention_cases(dtype), label="cases"), dtype, record)
+
+
+#: what the attention variants' regime checks cover
+VARIANT_REGIMES = f"{REGIMES}, with the variant's own step on q and k"
+
+
+@check(
+    "qk-norm/regime-forward",
+    "attention",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {VARIANT_REGIMES}",
+    QK_NORM,
+    op="qk_norm_attention",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_qk_norm_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.qk_norm_attention_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "qk_norm_attention", cases, dtype, record)
+
+
+@check(
+    "qk-norm/regime-gradient",
+    "attention",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {VARIANT_REGIMES}",
+    QK_NORM,
+    op="qk_norm_attention",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_qk_norm_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.qk_norm_attention_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "qk_norm_attention", cases, dtype, record)
+
+
+@check(
+    "rope-attention/regime-forward",
+    "attention",
+    f"agrees with the oracle in the size regimes kernels dispatch on: {VARIANT_REGIMES}, keys up to position 131,520",
+    ROPE_QK,
+    op="rope_attention",
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_rope_attention_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.rope_attention_cases(dtype), label="cases")
+    size_regimes.forward(adapter, "rope_attention", cases, dtype, record)
+
+
+@check(
+    "rope-attention/regime-gradient",
+    "attention",
+    f"VJP agrees with the oracle in the size regimes kernels dispatch on: {VARIANT_REGIMES}, keys up to position "
+    "131,520",
+    ROPE_QK,
+    op="rope_attention",
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_rope_attention_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.rope_attention_cases(dtype), label="cases")
+    size_regimes.gradient(adapter, "rope_attention", cases, dtype, record)

@@ -35,6 +35,8 @@ VOCAB = 131_072
 #: Keys past one tile of 64, 128 and 256 (and a partial last tile), and many heads with grouped KV heads.
 LONG_KEYS = (1, 2, 4, 520)  # B, H_q, L_q, L_k
 MANY_HEADS = (1, 64, 8, 3)  # B, H_q, L_q, L_k with 8 KV heads
+#: RoPE inside attention: the keys end this far past the drawn first position (at least the longest L_k)
+KEYS_END = LONG_KEYS[3]
 #: RoPE over a long sequence with many heads (kernels grid over tokens × heads).
 ROPE = (32, 300, 128)  # heads, T, d
 #: SwiGLU with a long input row (d = 8192) and a wide hidden layer (h = 8192).
@@ -110,6 +112,32 @@ def attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
         }
         params: dict[str, Any] = {"causal": causal, "softcap": None}
         cases.append(Case(inputs, params, {"regime": f"H_q {hq}, H_kv {hkv}, L_q {lq}, L_k {lk}", "seed": s}))
+    return cases
+
+
+@st.composite
+def qk_norm_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The attention regimes with RMSNorm on q and k over the head (γ near 1, ε drawn)."""
+    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    cases = []
+    for c in draw(attention_cases(dtype)):
+        s, d = c.about["seed"], c.inputs["q"].shape[-1]
+        weights = {f"{n}_weight": fill(dtype, (d,), 0.2, s + 3 + k, offset=1.0) for k, n in enumerate("qk")}
+        cases.append(Case(c.inputs | weights, c.params | {"eps": eps}, dict(c.about)))
+    return cases
+
+
+@st.composite
+def rope_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The attention regimes with RoPE on q and k, the keys ending at a drawn position (past 131,000: beyond
+    every trained length drawn) and the queries the last of them."""
+    end = KEYS_END + draw(st.sampled_from(ROPE_SCALED_STARTS), label="first position")
+    cases = []
+    for c in draw(attention_cases(dtype)):
+        lq, lk = c.inputs["q"].shape[-2], c.inputs["k"].shape[-2]
+        positions = {f"{n}_positions": np.arange(end - m, end, dtype=np.int64) for n, m in (("q", lq), ("k", lk))}
+        about = c.about | {"regime": f"{c.about['regime']}, keys ending at {end - 1}"}
+        cases.append(Case(c.inputs | positions, c.params | {"base": 10000.0}, about))
     return cases
 
 
