@@ -40,8 +40,9 @@ from mutants.building_blocks import (
     tree_sum,
 )
 from mutants.split_k import SplitKInputGrad, split_k_matmul
+from transformer_conformance.adapters.torch import blocks as torch_blocks
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
-from transformer_conformance.adapters.torch.blocks import ACTIVATIONS
+from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -1006,6 +1007,64 @@ def attention_tile_no_rescale(a: MutantAdapter) -> None:
     a.impl["attention"] = attention
 
 
+@mutant(
+    "attention",
+    "qk-norm/regime-forward",
+    "QK-norm fused into an online-softmax attention over key tiles of 128 that does not rescale its output when a "
+    "later tile raises the max: right for up to 128 keys",
+)
+def qk_norm_attention_tile_no_rescale(a: MutantAdapter) -> None:
+    def qk_norm_attention(
+        q: T, k: T, v: T, q_weight: T, k_weight: T,
+        causal: bool = False, softcap: float | None = None, eps: float = 1e-6,
+    ) -> T:
+        d = q.shape[-1]
+        qn = F.rms_norm(q.float(), (d,), q_weight.float(), eps)
+        kn = F.rms_norm(k.float(), (d,), k_weight.float(), eps)
+        return online_softmax_attention(qn, kn, v.float(), causal, softcap).to(q.dtype)
+
+    a.impl["qk_norm_attention"] = qk_norm_attention
+
+
+@mutant(
+    "attention",
+    "rope-attention/regime-forward",
+    "RoPE fused into an online-softmax attention over key tiles of 128 that does not rescale its output when a "
+    "later tile raises the max: right for up to 128 keys",
+)
+def rope_attention_tile_no_rescale(a: MutantAdapter) -> None:
+    layout = a.conventions.rope_layout
+
+    def rope_attention(
+        q: T, k: T, v: T, q_positions: T, k_positions: T, causal: bool = False, softcap: float | None = None,
+        base: float = 10000.0,
+    ) -> T:
+        rq = rope_float32(q.float(), q_positions, base, layout)
+        rk = rope_float32(k.float(), k_positions, base, layout)
+        return online_softmax_attention(rq, rk, v.float(), causal, softcap).to(q.dtype)
+
+    a.impl["rope_attention"] = rope_attention
+
+
+def _tiled_no_rescale(
+    q: T, k: T, v: T, causal: bool, softcap: float | None = None, scale: float | None = None, alignment: str = ""
+) -> T:
+    return online_softmax_attention(q, k, v, causal, softcap, scale)
+
+
+@mutant(
+    "blocks",
+    "blocks/regime-forward",
+    "the layer's attention an online softmax over key tiles of 128 that does not rescale its output when a later "
+    "tile raises the max: right for up to 128 tokens",
+)
+def block_attention_tile_no_rescale(a: MutantAdapter) -> None:
+    tiled = torch_blocks.ops(a.conventions.rope_layout, a.conventions.causal_alignment, _tiled_no_rescale)["block"]
+
+    def block(x: T, positions: T, placement: str, n_heads: int, n_kv_heads: int, eps: float, **rest: Any) -> T:
+        return tiled(x, positions, placement, n_heads, n_kv_heads, eps, **rest)
+
+    a.impl["block"] = block
 
 # ----------------------------------------------------------------------------------- mlp, lm head: split-K
 # cuBLAS-style split-K GEMMs whose slices are added in the input dtype (mutants/split_k.py): taken only for

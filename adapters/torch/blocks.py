@@ -74,8 +74,11 @@ def attention_f32(
     return torch.softmax(s, dim=-1) @ v
 
 
-def ops(rope_layout: str, alignment: str = "bottom_right") -> dict[str, Callable[..., Any]]:
-    """The operations, keyed by contract name, for the declared RoPE layout and causal alignment."""
+def ops(
+    rope_layout: str, alignment: str = "bottom_right", kernel: Callable[..., torch.Tensor] = attention_f32
+) -> dict[str, Callable[..., Any]]:
+    """The operations, keyed by contract name, for the declared RoPE layout and causal alignment; ``kernel`` is
+    the float32 attention every operation with attention calls (``attention_f32``'s signature)."""
 
     def attend(
         q: torch.Tensor,
@@ -85,7 +88,7 @@ def ops(rope_layout: str, alignment: str = "bottom_right") -> dict[str, Callable
         softcap: float | None = None,
         scale: float | None = None,
     ) -> torch.Tensor:
-        return attention_f32(q, k, v, causal, softcap, scale, alignment)
+        return kernel(q, k, v, causal, softcap, scale, alignment)
 
     def attention(
         q: torch.Tensor,

@@ -267,6 +267,41 @@ def test_depth_identity_path(adapter: Adapter, dtype: Format, record: Record, da
     record.examples += 1
 
 
+#: what the block's regime checks cover
+BLOCK_REGIMES = "192 tokens (past a 128-key attention tile) through a layer of d = 16, 4 query heads over 2 KV heads"
+
+
+@check(
+    "blocks/regime-forward",
+    "blocks",
+    f"agrees with the oracle in every placement at a layer's sizes: {BLOCK_REGIMES}",
+    CITE,
+    op="block",
+    choices=ALL,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.block_cases(dtype, declared(adapter, "block", "placement")), label="cases")
+    size_regimes.forward(adapter, "block", cases, dtype, record)
+
+
+@check(
+    "blocks/regime-gradient",
+    "blocks",
+    f"VJP agrees with the oracle in every placement at a layer's sizes: {BLOCK_REGIMES}",
+    CITE,
+    op="block",
+    grad=True,
+    choices=ALL,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    cases = data.draw(sizes.block_cases(dtype, declared(adapter, "block", "placement")), label="cases")
+    size_regimes.gradient(adapter, "block", cases, dtype, record)
+
+
 #: what the LM head regime checks cover
 LM_HEAD_REGIMES = "d = 8192 (a long row normalised, then a long reduction) and a head of 131,072 classes"
 

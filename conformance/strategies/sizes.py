@@ -52,6 +52,10 @@ LEARNED = (32_768, 64, 4096)  # L, d, T
 #: The LM head: a final RMSNorm over a long row into a narrow head (a long reduction), and a short row into a
 #: 131,072-class head. Tokens × d × vocabulary.
 LM_HEAD = ((4, 8192, 256), (2, 16, VOCAB))
+#: A whole decoder layer over a sequence half a tile past an attention tile of 128 keys: T, d, H_q, H_kv, D, h. Narrow:
+#: at a model's width the block's budget (first-order error propagation through two GEMMs, growing as √d·√h) is
+#: far wider than its values (d = 512, h = 1408: ~100×), and the widths are the MLP and attention regimes' subject.
+BLOCK = (192, 16, 4, 2, 4, 24)
 #: The token-reduced losses over many tokens (a mean over a long count; losses chunked over tokens, as torchtune's
 #: CEWithChunkedOutputLoss, or over blocks of rows) — tokens × vocabulary — and over a 128k vocabulary.
 MANY_TOKENS = (16_384, 32)
@@ -266,6 +270,35 @@ def lm_head_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
         }
         cases.append(Case(inputs, {"eps": eps}, {"regime": f"{t} tokens, d {d}, vocabulary {v}", "seed": s}))
     return cases
+
+
+@st.composite
+def block_cases(draw: st.DrawFn, dtype: Format, placements: tuple[str, ...]) -> list[Case]:
+    """One decoder layer (placement drawn among ``placements``) over 192 tokens of d = 16: 4 query heads of 4 over
+    2 KV heads, a SwiGLU of 24; weights at N(0, 1/fan_in), norm weights near 1, positions from 0 or 4090."""
+    seed = draw(seeds, label="seed")
+    placement = draw(st.sampled_from(placements), label="placement")
+    start = draw(st.sampled_from([0, 4090]), label="first position")
+    t, d, hq, hkv, hd, h = BLOCK
+
+    def w(shape: tuple[int, int], k: int) -> np.ndarray:
+        return fill(dtype, shape, shape[0] ** -0.5, seed + k)
+
+    norms = ("attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm")
+    inputs = {n: fill(dtype, (d,), 0.2, seed + 20 + k, offset=1.0) for k, n in enumerate(norms)} | {
+        "x": fill(dtype, (1, t, d), 1.0, seed),
+        "wq": w((d, hq * hd), 2),
+        "wk": w((d, hkv * hd), 3),
+        "wv": w((d, hkv * hd), 4),
+        "wo": w((hq * hd, d), 5),
+        "w1": w((d, h), 7),
+        "w3": w((d, h), 8),
+        "w2": w((h, d), 9),
+        "positions": np.arange(start, start + t, dtype=np.int64),
+    }
+    params = {"placement": placement, "n_heads": hq, "n_kv_heads": hkv, "eps": 1e-6, "base": 10000.0}
+    regime = f"{placement}, T {t}, d {d}, H_q {hq}, H_kv {hkv}, h {h}"
+    return [Case(inputs, params, {"regime": regime, "seed": seed})]
 
 
 @st.composite
