@@ -344,3 +344,26 @@ def chunked_logsumexp(u: torch.Tensor, chunk: int = 32_768, rescale_from: int = 
         s = s * scale + torch.exp(c - m_new[..., None]).sum(-1)
         m = m_new
     return m + torch.log(s)
+
+
+class EmbeddingSortedPathDropsRepeats(torch.autograd.Function):
+    """``F.embedding(positions, table)``; its backward, for 3072 positions or more (the sort-and-segment path
+    embedding kernels take for many indices), writes each position's gradient row into ∂table without adding
+    a repeated position's rows (one of them is kept); below that it adds them (``index_add_``)."""
+
+    @staticmethod
+    def forward(ctx: Any, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(positions)
+        ctx.rows = table.shape[0]
+        return F.embedding(positions, table)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (positions,) = ctx.saved_tensors
+        flat, rows = positions.reshape(-1), g.reshape(-1, g.shape[-1])
+        grad = torch.zeros(ctx.rows, g.shape[-1], dtype=g.dtype, device=g.device)
+        if flat.numel() >= 3072:
+            grad[flat] = rows
+        else:
+            grad.index_add_(0, flat, rows)
+        return grad, None

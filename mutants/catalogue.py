@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from mutants.building_blocks import (
     CrossEntropyFusedBackward,
+    EmbeddingSortedPathDropsRepeats,
     LinearCrossEntropyFused,
     RmsNormBlockPathWeightGrad,
     RmsNormGradIntoCotangent,
@@ -43,6 +44,7 @@ from mutants.split_k import SplitKInputGrad, split_k_matmul
 from transformer_conformance.adapters.torch import blocks as torch_blocks
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
+from transformer_conformance.adapters.torch.positions import alibi_slopes
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -59,6 +61,8 @@ BEHAVIOURS: dict[str, str] = {
     "z_loss_mean": "test_linear_losses.py",
     "mlp": "test_mlp.py",
     "blocks": "test_blocks.py",
+    "learned": "test_positions.py",
+    "alibi": "test_positions.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
@@ -602,6 +606,21 @@ def rope_linear_factor_ignored(a: MutantAdapter) -> None:
         if scaling and scaling["type"] == "linear":
             return plain(x, positions, base, rotary_dim, None)
         return plain(x, positions, base, rotary_dim, scaling)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
+    "rope_scaled/regime-forward",
+    "rotates from a cos/sin cache of 131,072 positions (a 128k model's max_position_embeddings), positions past its "
+    "end clamped to its last row",
+)
+def rope_scaled_cache_128k_clamped(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        return plain(x, positions.clamp(max=131_071), base, rotary_dim, scaling)
 
     a.impl["rope_scaled"] = rope_scaled
 
@@ -1155,6 +1174,41 @@ def lm_head_backward_split_k_reduced_precision(a: MutantAdapter) -> None:
 
     a.impl["lm_head"] = lm_head
 
+
+
+# ------------------------------------------------------------------------------------------ learned, alibi
+
+
+@mutant(
+    "learned",
+    "learned/regime-gradient",
+    "the embedding backward's path for 3072 positions or more (a sort-and-segment kernel, as torch's CUDA one) "
+    "writes a repeated position's row once instead of adding its rows: right for fewer positions",
+)
+def learned_sorted_path_drops_repeats(a: MutantAdapter) -> None:
+    def learned_positions(table: T, positions: T) -> T:
+        n = table.shape[0]
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= n):
+            raise IndexError(f"position outside the learned table's 0 … {n - 1}")
+        return EmbeddingSortedPathDropsRepeats.apply(table, positions)
+
+    a.impl["learned_positions"] = learned_positions
+
+
+@mutant(
+    "alibi",
+    "alibi/regime-forward",
+    "key positions read per tile of 256 keys without the tile's offset (every tile reuses the first tile's "
+    "positions): right for up to 256 keys",
+)
+def alibi_tile_offset_dropped(a: MutantAdapter) -> None:
+    def alibi(scores: T, q_positions: T, k_positions: T) -> T:
+        slopes = torch.tensor(alibi_slopes(scores.shape[-3]), dtype=torch.float32)
+        k_tiled = k_positions[torch.arange(k_positions.shape[0]) % 256]
+        dist = (q_positions[:, None] - k_tiled[None, :]).abs().float()
+        return (scores.float() - slopes[:, None, None] * dist).to(scores.dtype)
+
+    a.impl["alibi"] = alibi
 
 def by_attribute() -> dict[str, Mutant]:
     return {m.attribute: m for m in CATALOGUE}

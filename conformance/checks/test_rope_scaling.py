@@ -103,7 +103,10 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
 
 
 #: what the rope_scaled regime checks cover
-REGIMES = "32 heads × 300 positions × 128 features, from 0, 4090, 30,000 or 131,000 (past every trained length)"
+REGIMES = (
+    "32 heads × 300 positions × 128 features, from 0, 4090, 30,000 or 131,000 (past every trained length); 4 heads "
+    "across position 131,072"
+)
 
 
 @check(

@@ -41,8 +41,10 @@ KEYS_END = LONG_KEYS[3]
 ROPE = (32, 300, 128)  # heads, T, d
 #: SwiGLU with a long input row (d = 8192) and a wide hidden layer (h = 8192).
 SWIGLU = ((2, 8192, 24), (2, 16, 8192))  # rows, d, h
-#: RoPE context extension over the RoPE regime's grid, from a first position past the trained length.
+#: RoPE context extension over the RoPE regime's grid, from a first position past the trained length; and over a
+#: few heads across position 131,072 (the end of a 128k model's cos/sin cache): heads, first position.
 ROPE_SCALED_STARTS = (0, 4090, 30000, 131_000)
+ROPE_SCALED_CACHE_END = (4, 131_000)
 #: The positional encodings: the sinusoidal table over many positions of a wide model (tokens × d), ALiBi's biases
 #: for 64 heads over 520 keys (kernels fill them per tile of keys), a learned table of 32,768 rows read at 4096
 #: positions with repeats (embedding backward kernels sort or atomically add the repeated rows).
@@ -304,14 +306,19 @@ def block_cases(draw: st.DrawFn, dtype: Format, placements: tuple[str, ...]) -> 
 @st.composite
 def rope_scaled_cases(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...]) -> list[Case]:
     """A context-extension rule among ``kinds`` over 32 heads × 300 positions × 128 features, from a drawn first
-    position (131,000: past every trained length drawn)."""
+    position (131,000: past every trained length drawn), and over 4 heads from 131,000 (across 131,072)."""
     seed = draw(seeds, label="seed")
     start = draw(st.sampled_from(ROPE_SCALED_STARTS), label="first position")
     rule = draw(scaling(kinds, ROPE[2]), label="rule")
-    heads, t, d = ROPE
-    inputs = {"x": fill(dtype, (heads, t, d), 1.0, seed), "positions": np.arange(start, start + t, dtype=np.int64)}
-    params = {"base": 10000.0, "rotary_dim": None, "scaling": rule}
-    return [Case(inputs, params, {"regime": f"{rule['type']}, {heads} heads × {t} × {d} from {start}", "seed": seed})]
+    _, t, d = ROPE
+    cases = []
+    for k, (heads, first) in enumerate(((ROPE[0], start), ROPE_SCALED_CACHE_END)):
+        s = seed + 16 * k
+        inputs = {"x": fill(dtype, (heads, t, d), 1.0, s), "positions": np.arange(first, first + t, dtype=np.int64)}
+        params = {"base": 10000.0, "rotary_dim": None, "scaling": rule}
+        regime = f"{rule['type']}, {heads} heads × {t} × {d} from {first}"
+        cases.append(Case(inputs, params, {"regime": regime, "seed": s}))
+    return cases
 
 
 @st.composite
