@@ -151,6 +151,13 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"{r['examples_to_kill'] if r['examples_to_kill'] is not None else '—'} | {_checks_cell(r)} |"
             + (_seeds_cells(r) if "seeds" in r else "")
         )
+    idle = s.get("checks_that_caught_none", [])
+    if idle:
+        lines += [
+            "",
+            f"Checks that ran and failed no mutant ({len(idle)} of {s['checks_run']}): not yet shown to catch a "
+            "planted defect. " + ", ".join(f"`{c}`" for c in idle) + ".",
+        ]
     lines += ["", "Wall time per behaviour:", ""]
     lines += [f"* {b}: {t:.0f} s" for b, t in result["per_behaviour_s"].items()]
     return "\n".join(lines) + "\n"
@@ -209,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds: list[int | None] = list(range(args.first, args.first + args.seeds)) if args.seeds else [None]
     per_seed: dict[int, list[dict[str, Any]]] = {}
     results: list[dict[str, Any]] = []
+    ran: set[str] = set()  # the checks that ran against some mutant
     for seed in seeds:
         checks: list[dict[str, Any]] = []
         for behaviour in BEHAVIOURS:
@@ -223,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}{behaviour}: {len(group)} mutants, {took:.0f} s", flush=True)
         results = [verdict(m, checks) for m in chosen]
         known_checks = {c["check"] for c in checks}
+        ran.update(c["check"] for c in checks if c["status"] in ("passed", "failed"))
         for r in results:
             if r["caught_by"] not in known_checks:
                 r["errors"].append({"check": r["caught_by"], "dtype": None, "message": "no such check ran"})
@@ -243,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         "not_caught_by_expected_check": [
             r["name"] for r in results if r["status"] == "killed" and not r["caught_as_expected"]
         ],
+        # a check that ran and failed no mutant is not yet shown to catch anything (docs/mutants.md)
+        "checks_run": len(ran),
+        "checks_that_caught_none": sorted(ran - {k["check"] for r in results for k in r["killed_by"]}),
     }
     result = {
         "schema": SCHEMA,
