@@ -274,7 +274,7 @@ BLOCK_REGIMES = "192 tokens (past a 128-key attention tile) through a layer of d
 @check(
     "blocks/regime-forward",
     "blocks",
-    f"agrees with the oracle in every placement at a layer's sizes: {BLOCK_REGIMES}",
+    f"agrees with the oracle in every placement over a long sequence: {BLOCK_REGIMES}",
     CITE,
     op="block",
     choices=ALL,
@@ -289,7 +289,7 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
 @check(
     "blocks/regime-gradient",
     "blocks",
-    f"VJP agrees with the oracle in every placement at a layer's sizes: {BLOCK_REGIMES}",
+    f"VJP agrees with the oracle in every placement over a long sequence: {BLOCK_REGIMES}",
     CITE,
     op="block",
     grad=True,
