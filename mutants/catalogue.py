@@ -1034,8 +1034,14 @@ def attention_tile_no_rescale(a: MutantAdapter) -> None:
 )
 def qk_norm_attention_tile_no_rescale(a: MutantAdapter) -> None:
     def qk_norm_attention(
-        q: T, k: T, v: T, q_weight: T, k_weight: T,
-        causal: bool = False, softcap: float | None = None, eps: float = 1e-6,
+        q: T,
+        k: T,
+        v: T,
+        q_weight: T,
+        k_weight: T,
+        causal: bool = False,
+        softcap: float | None = None,
+        eps: float = 1e-6,
     ) -> T:
         d = q.shape[-1]
         qn = F.rms_norm(q.float(), (d,), q_weight.float(), eps)
@@ -1055,7 +1061,13 @@ def rope_attention_tile_no_rescale(a: MutantAdapter) -> None:
     layout = a.conventions.rope_layout
 
     def rope_attention(
-        q: T, k: T, v: T, q_positions: T, k_positions: T, causal: bool = False, softcap: float | None = None,
+        q: T,
+        k: T,
+        v: T,
+        q_positions: T,
+        k_positions: T,
+        causal: bool = False,
+        softcap: float | None = None,
         base: float = 10000.0,
     ) -> T:
         rq = rope_float32(q.float(), q_positions, base, layout)
@@ -1084,6 +1096,7 @@ def block_attention_tile_no_rescale(a: MutantAdapter) -> None:
         return tiled(x, positions, placement, n_heads, n_kv_heads, eps, **rest)
 
     a.impl["block"] = block
+
 
 # ----------------------------------------------------------------------------------- mlp, lm head: split-K
 # cuBLAS-style split-K GEMMs whose slices are added in the input dtype (mutants/split_k.py): taken only for
@@ -1175,7 +1188,6 @@ def lm_head_backward_split_k_reduced_precision(a: MutantAdapter) -> None:
     a.impl["lm_head"] = lm_head
 
 
-
 # ------------------------------------------------------------------------------------------ learned, alibi
 
 
@@ -1209,6 +1221,7 @@ def alibi_tile_offset_dropped(a: MutantAdapter) -> None:
         return (scores.float() - slopes[:, None, None] * dist).to(scores.dtype)
 
     a.impl["alibi"] = alibi
+
 
 def by_attribute() -> dict[str, Mutant]:
     return {m.attribute: m for m in CATALOGUE}
