@@ -39,7 +39,8 @@ def test_an_infinity_the_budget_does_not_reach_fails() -> None:
 
 
 def test_the_infinity_of_the_other_side_fails_where_the_whole_interval_overflows() -> None:
-    with pytest.raises(CheckFailure, match=r"^y: got inf at \(0,\), should be -inf \(the exact value -138581 ± \S+ overflows float16\)"):
+    message = r"^y: got inf at \(0,\), should be -inf \(the exact value -138581 ± \S+ overflows float16\)"
+    with pytest.raises(CheckFailure, match=message):
         _judge(np.inf, -138581.0, 10.0)
 
 
@@ -67,14 +68,26 @@ def test_torch_float16_layer_norm_gradient_on_a_far_offset_row() -> None:
     −138,581, inside a budget of ±1.4e8. It passes; so would −inf."""
     torch_adapter = pytest.importorskip("transformer_conformance.adapters.torch.adapter")
     h = np.float16
-    x = np.array([[117.2, 117.1, 117.25, 117.2, 117.25, 117.3, 117.25, 117.2, 117.2, 117.2]
-                  + [117.06, 117.25, 117.1, 117.25, 117.3, 117.2, 117.2, 117.25, 117.3, 117.1]], h)
-    weight = np.array([2986, 2948, 3142, 3026, 3364, 3156, 2834, 3062, 3174, 3202]
-                      + [3268, 3286, 3240, 3276, 3162, 3008, 3200, 2880, 2928, 3028], h)
-    bias = np.array([-0.078, 0.443, 0.711, 0.29, -0.064, -0.279, 0.791, 0.021, 0.11, 0.422]
-                    + [-0.028, -0.323, -0.4, -0.636, 0.995, 0.189, 0.409, -0.335, -0.87, -0.336], h)
-    cot = np.array([[130.6, -163.6, 26.77, -36.34, -28.97, -13.8, -129.2, -14.84, -55.38, 212.6]
-                    + [14.45, -22.56, -18.0, -42.75, -67.5, -25.02, 30.84, -15.27, 61.28, -12.79]], h)
+    x = np.array(
+        [[117.2, 117.1, 117.25, 117.2, 117.25, 117.3, 117.25, 117.2, 117.2, 117.2,
+          117.06, 117.25, 117.1, 117.25, 117.3, 117.2, 117.2, 117.25, 117.3, 117.1]],
+        h,
+    )  # fmt: skip
+    weight = np.array(
+        [2986, 2948, 3142, 3026, 3364, 3156, 2834, 3062, 3174, 3202,
+         3268, 3286, 3240, 3276, 3162, 3008, 3200, 2880, 2928, 3028],
+        h,
+    )  # fmt: skip
+    bias = np.array(
+        [-0.078, 0.443, 0.711, 0.29, -0.064, -0.279, 0.791, 0.021, 0.11, 0.422,
+         -0.028, -0.323, -0.4, -0.636, 0.995, 0.189, 0.409, -0.335, -0.87, -0.336],
+        h,
+    )  # fmt: skip
+    cot = np.array(
+        [[130.6, -163.6, 26.77, -36.34, -28.97, -13.8, -129.2, -14.84, -55.38, 212.6,
+          14.45, -22.56, -18.0, -42.75, -67.5, -25.02, 30.84, -15.27, 61.28, -12.79]],
+        h,
+    )  # fmt: skip
     case = Case({"x": x, "weight": weight, "bias": bias}, {"eps": 1e-6})
     adapter = torch_adapter.TorchAdapter()
     grads = adapter.vjp("layer_norm", case.inputs, case.params, cot)
