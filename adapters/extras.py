@@ -33,4 +33,5 @@ EXTRAS: dict[str, str] = {
     "mlx": "mlx",
     "torchtune": "torchtune",
     "keras-hub": "keras-hub",
+    "equinox": "equinox",
 }

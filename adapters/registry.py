@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "mlx": "transformer_conformance.adapters.mlx.adapter:MlxAdapter",
     "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
     "keras-hub": "transformer_conformance.adapters.keras_hub.adapter:KerasHubAdapter",
+    "equinox": "transformer_conformance.adapters.equinox.adapter:EquinoxAdapter",
 }
 
 

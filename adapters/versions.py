@@ -89,6 +89,8 @@ ONNXSCRIPT = Supported("onnxscript", "0.7", "0.8")
 #: keras-hub's layers as measured on 0.32 (RotaryEmbedding's rope_type and positions), on Keras 3.15's JAX backend
 KERAS_HUB = Supported("keras-hub", "0.32", "0.33")
 KERAS = Supported("keras", "3.15", "3.16")
+#: Equinox's norm layers as measured on 0.13 (float32 promotion, RMSNorm's default bias)
+EQUINOX = Supported("equinox", "0.13", "0.14")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -116,6 +118,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "mlx": (MLX,),
     "torchtune": (TORCHTUNE, TORCHAO, TORCH),
     "keras-hub": (KERAS_HUB, KERAS, JAX),
+    "equinox": (EQUINOX, JAX),
 }
 
 

@@ -1,0 +1,1 @@
+"""Equinox's norm layers as a candidate (``equinox``)."""
