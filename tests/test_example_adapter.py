@@ -17,6 +17,7 @@ import pytest
 
 from tests.conformance_run import ROOT, Run
 from transformer_conformance.adapters.registry import (
+    BUILTIN,
     ENTRY_POINT_GROUP,
     AdapterLoadError,
     import_path,
@@ -177,7 +178,7 @@ def test_unknown_name_lists_plugins_apart(broken_plugins: Path) -> None:
     with pytest.raises(AdapterLoadError) as err:
         load_adapter("nope")
     builtin, _, plugins = str(err.value).partition("; installed plugins: ")
-    assert "built-in adapters: flax, " in builtin and "missing-attr" not in builtin
+    assert f"built-in adapters: {', '.join(sorted(BUILTIN))}" in builtin and "missing-attr" not in builtin
     assert {"build-fails", "import-fails", "missing-attr", "not-an-adapter"} <= set(plugins.split("; ")[0].split(", "))
 
 
