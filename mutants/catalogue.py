@@ -1223,5 +1223,57 @@ def alibi_tile_offset_dropped(a: MutantAdapter) -> None:
     a.impl["alibi"] = alibi
 
 
+
+# -------------------------------------------------- checks the small cases hold: GQA order, ALiBi slopes, GELU form
+
+
+@mutant(
+    "attention",
+    "attention/gqa-grouping",
+    "KV heads expanded by tiling (repeat) instead of repeat_interleave: query head h reads KV head h mod H_kv, not "
+    "h // (H_q/H_kv) — an exported graph's Tile; right when H_kv is 1 or H_q",
+)
+def attention_gqa_tiled_heads(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        rep = q.shape[1] // k.shape[1]
+        tiled_k, tiled_v = k.float().repeat(1, rep, 1, 1), v.float().repeat(1, rep, 1, 1)
+        return torch_blocks.attention_f32(q.float(), tiled_k, tiled_v, causal, softcap, scale).to(q.dtype)
+
+    a.impl["attention"] = attention
+
+
+@mutant(
+    "alibi",
+    "alibi/slopes",
+    "slopes 2^(−8h/H) for every head count, the power-of-two formula applied where H is not a power of two",
+)
+def alibi_slopes_power_of_two_formula(a: MutantAdapter) -> None:
+    def alibi(scores: T, q_positions: T, k_positions: T) -> T:
+        n = scores.shape[-3]
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / n) for h in range(n)], dtype=torch.float32)
+        dist = (q_positions[:, None] - k_positions[None, :]).abs().float()
+        return (scores.float() - slopes[:, None, None] * dist).to(scores.dtype)
+
+    a.impl["alibi"] = alibi
+
+
+@mutant(
+    "mlp",
+    "mlp/forward",
+    "the exact GELU (erf) computed with the tanh approximation, as a config's hidden_act='gelu' mapped to gelu_new",
+)
+def mlp_gelu_erf_as_tanh(a: MutantAdapter) -> None:
+    plain = a.impl["mlp"]
+
+    def mlp(x: T, w_in: T, w_out: T, activation: str) -> T:
+        if activation != "gelu_erf":
+            return plain(x, w_in, w_out, activation)
+        hidden = F.gelu(x.float() @ w_in.float(), approximate="tanh")
+        return (hidden @ w_out.float()).to(x.dtype)
+
+    a.impl["mlp"] = mlp
+
 def by_attribute() -> dict[str, Mutant]:
     return {m.attribute: m for m in CATALOGUE}
