@@ -8,6 +8,12 @@ where terms cancel: ½a(1 + erf(a/√2)) at a = −6 is a tiny difference of ½|
 good to ~u·|a| there, not u·|GELU(a)|. K counts the elementary function (TRANSCENDENTAL_ULPS) and the
 roundings of the arithmetic around it. The derivatives f' are charged the same way, with |f''| carrying the
 argument's error; ReLU's derivative is a step, so where |a| does not exceed its error it may be either 0 or 1.
+
+x·σ(1.702x) is not one function where a candidate declares the MLP ``unfused``: frameworks run it as three ops
+(transformers' ``quick_gelu``), so c·x, σ and the product are each stored in the input dtype, and autograd's
+backward stores each of its partial gradients too. Those roundings are charged one by one in tracked arithmetic
+(:func:`sigmoid_product`, :func:`sigmoid_product_vjp`) — including their absolute losses in the subnormal range,
+which the product with x and the weights that follow carry — and the budget is the wider of the two models.
 """
 
 from __future__ import annotations
@@ -94,7 +100,49 @@ def _underflow(r: Rounding, name: str, a: F64) -> F64:
     return em.tiny(r.u_work) * (1.0 + c * np.abs(a))
 
 
+def _composite(r: Rounding, name: str) -> bool:
+    """Whether the activation runs as separate ops, each stored: x·σ(cx) with intermediates in the input dtype."""
+    return name == "gelu_sigmoid" and r.u_mid != r.u_work
+
+
+def _d_sigmoid(z: F64) -> F64:
+    s = sigmoid(z)
+    return s * (1 - s)
+
+
+def _sigmoid(r: Rounding, z: Tracked) -> Tracked:
+    """σ(z) in working precision, stored: the argument's error carried by the secant (σ decays exponentially)."""
+    return em.func(r, z, sigmoid, _d_sigmoid, spread=em.secant(sigmoid, _d_sigmoid))
+
+
+def sigmoid_product(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
+    """x·σ(c·x) as three ops: c·x stored, σ of it stored, the product stored at ``unit``."""
+    z = em.mul(r, em.const(r, GELU_SIGMOID_SLOPE), a)
+    return em.mul(r, a, _sigmoid(r, z), unit=unit)
+
+
+def sigmoid_product_vjp(r: Rounding, a: Tracked, gh: Tracked) -> Tracked:
+    """∂L/∂x of x·σ(c·x) for the upstream ``gh`` as autograd computes it from the forward's stored σ: gh·σ and
+    gh·x stored; σ's backward (gh·x)·σ(1 − σ) in working precision, stored; times c, stored; the two partial
+    gradients added and stored."""
+    s = _sigmoid(r, em.mul(r, em.const(r, GELU_SIGMOID_SLOPE), a))
+    ds = em.func(r, s, lambda v: v * (1 - v), lambda v: 1 - 2 * v, unit=r.u_work, ulps=2.0)
+    dz = em.mul(r, em.mul(r, gh, a), ds)
+    return em.add(r, em.mul(r, gh, s), em.mul(r, dz, em.const(r, GELU_SIGMOID_SLOPE)))
+
+
 def activation(r: Rounding, a: Tracked, name: str, unit: float | None = None) -> Tracked:
+    fused = _activation(r, a, name, unit)
+    return em.widest(fused, sigmoid_product(r, a, unit)) if _composite(r, name) else fused
+
+
+def activation_vjp(r: Rounding, a: Tracked, gh: Tracked, name: str) -> Tracked:
+    """∂L/∂a = gh·f'(a) for the activation's upstream gradient ``gh``."""
+    fused = em.mul(r, gh, activation_derivative(r, a, name))
+    return em.widest(fused, sigmoid_product_vjp(r, a, gh)) if _composite(r, name) else fused
+
+
+def _activation(r: Rounding, a: Tracked, name: str, unit: float | None = None) -> Tracked:
     f, df = ACTIVATIONS[name]
     k, scale = _scale_value(name, a.v)
     v = f(a.v)
@@ -143,7 +191,7 @@ def mlp_vjp(
     w_in, w_out = em.exact(inputs["w_in"]), em.exact(inputs["w_out"])
     a = em.matmul(r, x, w_in)
     h = activation(r, a, name)
-    da = em.mul(r, em.matmul(r, g, em.transpose(w_out)), activation_derivative(r, a, name))
+    da = activation_vjp(r, a, em.matmul(r, g, em.transpose(w_out)), name)
     return {
         "x": _reshape(em.matmul(r, da, em.transpose(w_in), unit=r.u_work), shape),
         "w_in": em.matmul(r, em.transpose(x), da, unit=r.u_work),
@@ -169,7 +217,7 @@ def glu_vjp_t(
     a, b = em.matmul(r, x, w1), em.matmul(r, x, w3)
     s = activation(r, a, name)
     dh = em.matmul(r, g, em.transpose(w2))
-    da = em.mul(r, em.mul(r, dh, b), activation_derivative(r, a, name))
+    da = activation_vjp(r, a, em.mul(r, dh, b), name)
     db = em.mul(r, dh, s)
     dx = em.add(r, em.matmul(r, da, em.transpose(w1)), em.matmul(r, db, em.transpose(w3)), unit=unit)
     xt = em.transpose(x)
