@@ -13,6 +13,9 @@ from numpy.typing import NDArray
 
 F64 = NDArray[np.float64]
 
+#: the exponent field of a float64
+_EXPONENT_BITS = np.uint64(0x7FF0000000000000)
+
 
 @dataclass(frozen=True)
 class Format:
@@ -47,10 +50,15 @@ class Format:
 
     def ulp(self, v: F64 | float) -> F64:
         """Spacing of this format at |v|: 2^(e − p + 1), e = ⌊log2 |v|⌋, floored at the subnormal spacing."""
-        a = np.abs(np.asarray(v, dtype=np.float64))
-        _, exp = np.frexp(np.where(a > 0, a, 1.0))  # a = m·2^exp with m in [0.5, 1): ⌊log2 a⌋ = exp − 1
-        e = np.maximum(np.where(a > 0, exp - 1, self.min_exponent), self.min_exponent)
-        return np.ldexp(1.0, e - self.precision + 1)
+        a = np.asarray(v, dtype=np.float64)
+        # 2^⌊log2 |a|⌋ is |a| with its significand bits cleared (0 for zero and float64 subnormals, which the
+        # floor covers; inf for inf and NaN)
+        power = (a.view(np.uint64) & _EXPONENT_BITS).view(np.float64)
+        smallest = 2.0 ** (self.min_exponent + 1 - self.precision)
+        out = np.maximum(power * 2.0 ** (1 - self.precision), smallest)
+        if np.isinf(power).any():  # ±inf: the spacing just below 1 (frexp's exponent 0); NaN: the smallest
+            out = np.where(np.isnan(a), smallest, np.where(np.isinf(a), 2.0**-self.precision, out))
+        return out
 
 
 FORMATS: dict[str, Format] = {

@@ -23,7 +23,7 @@ The final rounding to the output dtype is not part of ``e``: it adds exactly hal
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,12 +94,14 @@ class Tracked:
     v: F64
     e: F64
     m: F64
+    #: an input, exact (``e`` is all zero): the arithmetic skips the terms its error would carry
+    exact: bool = field(default=False, kw_only=True)
 
 
 def exact(x: np.ndarray) -> Tracked:
     """An input: already rounded to the dtype, so exact."""
     v = np.asarray(x, dtype=np.float64)
-    return Tracked(v, np.zeros_like(v), np.abs(v))
+    return Tracked(v, np.zeros_like(v), np.abs(v), exact=True)
 
 
 def integers(x: np.ndarray, unit: float) -> Tracked:
@@ -109,25 +111,61 @@ def integers(x: np.ndarray, unit: float) -> Tracked:
     return Tracked(v, np.where(np.abs(v) > 1.0 / unit, unit * np.abs(v), 0.0), np.abs(v))
 
 
+def _reusable(x: F64, y: F64 | float) -> bool:
+    """Whether x ∘ y can be written into the float64 array x: y is a scalar or of x's shape."""
+    return isinstance(x, np.ndarray) and x.dtype == np.float64 and (np.ndim(y) == 0 or x.shape == np.shape(y))
+
+
+def _iadd(x: F64, y: F64 | float) -> F64:
+    """x + y, written into ``x`` — a temporary of this module, never a caller's array — where its shape holds
+    the result (the size regimes' arrays are millions of elements: a fresh one per step costs more than the
+    arithmetic)."""
+    if _reusable(x, y):
+        x += y
+        return x
+    return x + y
+
+
+def _imul(x: F64, y: F64 | float) -> F64:
+    """x·y, written into the temporary ``x`` where its shape holds the result (as :func:`_iadd`)."""
+    if _reusable(x, y):
+        x *= y
+        return x
+    return x * y
+
+
 def _store(r: Rounding, v: F64, unit: float | None) -> F64:
     """The rounding of a result stored at ``unit`` (default: where intermediates are stored)."""
     u = r.u_mid if unit is None else unit
-    return u * np.abs(v) + r.eta(u)
+    return _iadd(_imul(np.abs(v), u), r.eta(u))
+
+
+def _carried_sum(a: Tracked, b: Tracked, stored: F64) -> F64:
+    """e(a) + e(b) + the result's rounding ``stored`` (a temporary), leaving out an exact operand's zeros."""
+    for t in (a, b):
+        if not t.exact:
+            stored = _iadd(stored, t.e)
+    return stored
 
 
 def add(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
     v = a.v + b.v
-    return Tracked(v, a.e + b.e + _store(r, v, unit), a.m + b.m)
+    return Tracked(v, _carried_sum(a, b, _store(r, v, unit)), a.m + b.m)
 
 
 def sub(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
     v = a.v - b.v
-    return Tracked(v, a.e + b.e + _store(r, v, unit), a.m + b.m)
+    return Tracked(v, _carried_sum(a, b, _store(r, v, unit)), a.m + b.m)
 
 
 def mul(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
     v = a.v * b.v
-    return Tracked(v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + _store(r, v, unit), a.m * b.m)
+    e = _store(r, v, unit)
+    if not b.exact:
+        e = _iadd(e, _imul(np.abs(a.v), b.e))
+    if not a.exact:
+        e = _iadd(e, _imul(np.abs(b.v), a.e))
+    return Tracked(v, e, a.m * b.m)
 
 
 def div(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
@@ -154,16 +192,16 @@ def widest(a: Tracked, b: Tracked) -> Tracked:
 
 
 def neg(a: Tracked) -> Tracked:
-    return Tracked(-a.v, a.e, a.m)
+    return Tracked(-a.v, a.e, a.m, exact=a.exact)
 
 
 def transpose(a: Tracked) -> Tracked:
-    return Tracked(a.v.T, a.e.T, a.m.T)
+    return Tracked(a.v.T, a.e.T, a.m.T, exact=a.exact)
 
 
 def rows(a: Tracked) -> Tracked:
     """Flatten the leading axes: (..., n) -> (N, n)."""
-    return Tracked(*(t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m)))
+    return Tracked(*(t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m)), exact=a.exact)
 
 
 def total(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
@@ -229,8 +267,10 @@ def func(
     is not enough (exp of an argument off by more than a few percent).
     """
     v = f(a.v)
-    carried = np.abs(df(a.v)) * a.e if spread is None else spread(a.v, a.e)
-    e = carried + ulps * r.u_work * np.abs(v) + tiny(r.u_work) + _store(r, v, unit)
+    carried = _imul(np.abs(df(a.v)), a.e) if spread is None else spread(a.v, a.e)
+    if np.may_share_memory(carried, a.e):  # a spread that hands back its argument: not a temporary to write into
+        carried = np.array(carried, dtype=np.float64)
+    e = _iadd(_iadd(_iadd(carried, _imul(np.abs(v), ulps * r.u_work)), tiny(r.u_work)), _store(r, v, unit))
     return Tracked(v, e, np.abs(v))
 
 
@@ -277,5 +317,5 @@ def allowed_error(out: Tracked, dtype: Format) -> F64:
     """Largest |candidate − oracle| a correct candidate can show: its accumulated error ``e`` plus the
     final rounding to the output dtype, half an ulp of the value it rounds. That value is within ``e`` of
     the exact one, so just below a power of two it may lie in the binade above, where the ulp is twice
-    as large: the half ulp is taken at |v| + e, not at v alone."""
-    return 0.5 * np.maximum(dtype.ulp(out.v), dtype.ulp(np.abs(out.v) + out.e)) + out.e
+    as large: the half ulp is taken at |v| + e (never below the one at v: the spacing grows with |x|)."""
+    return _iadd(_imul(dtype.ulp(np.abs(out.v) + out.e), 0.5), out.e)

@@ -146,47 +146,59 @@ def compare(
     # the overflow threshold on one side, ±inf (or ±max) of that sign is a correct rounding of it. The side
     # counts, not the exact value's sign: a budget wider than the value (a cancelling row) admits either
     threshold = dtype.max_finite + 0.5 * float(dtype.ulp(dtype.max_finite))
-    up = exp + allowed >= threshold
-    down = exp - allowed <= -threshold
-    # where the whole interval lies past the threshold, the answer must be the infinity of that side
-    must = np.where(exp - allowed >= threshold, np.inf, np.where(exp + allowed <= -threshold, -np.inf, 0.0))
-    wrong = (must != 0.0) & (g != must)
-    if wrong.any():
-        i = _index(wrong)
-        raise CheckFailure(
-            f"{what}: got {g[i]} at {i}, should be {must[i]} (the exact value {exp[i]:.6g} ± {allowed[i]:.3g} "
-            f"overflows {dtype.name}) [{call}]"
-        )
-    bad_nonfinite = np.isnan(g) | ((g == np.inf) & ~up) | ((g == -np.inf) & ~down)
-    if bad_nonfinite.any():
-        i = _index(bad_nonfinite)
-        raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g} [{call}]")
-    near_max = ((g >= dtype.max_finite) & up) | ((g <= -dtype.max_finite) & down)
-    err = np.where(near_max, 0.0, np.abs(g - exp))
+    # (the masks below are built only where some interval reaches that far, or the candidate is not finite:
+    # a size regime's arrays are millions of elements)
+    overflows = bool(np.any(np.abs(exp) + allowed >= threshold))
+    up = exp + allowed >= threshold if overflows else np.False_
+    down = exp - allowed <= -threshold if overflows else np.False_
+    if overflows:
+        # where the whole interval lies past the threshold, the answer must be the infinity of that side
+        must = np.where(exp - allowed >= threshold, np.inf, np.where(exp + allowed <= -threshold, -np.inf, 0.0))
+        wrong = (must != 0.0) & (g != must)
+        if wrong.any():
+            i = _index(wrong)
+            raise CheckFailure(
+                f"{what}: got {g[i]} at {i}, should be {must[i]} (the exact value {exp[i]:.6g} ± {allowed[i]:.3g} "
+                f"overflows {dtype.name}) [{call}]"
+            )
+    if not np.isfinite(g).all():
+        bad_nonfinite = np.isnan(g) | ((g == np.inf) & ~up) | ((g == -np.inf) & ~down)
+        if bad_nonfinite.any():
+            i = _index(bad_nonfinite)
+            raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g} [{call}]")
+    err = np.abs(g - exp)
+    if overflows:
+        near_max = ((g >= dtype.max_finite) & up) | ((g <= -dtype.max_finite) & down)
+        err = np.where(near_max, 0.0, err)
     # ulps are counted at the element's condition scale: the larger of |value| and the magnitude of the
     # terms that make it up (equal to |value| where nothing cancels, as in a norm's forward)
     ulp = dtype.ulp(np.maximum(np.abs(exp), budget.m))
     used = err / allowed
     if used.size == 0:
         return
-    worst = _index(used == used.max())
+    most = float(used.max())
+    worst = _index(used == most)
     ulps = err / ulp
     where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
     # beyond the final rounding: half an ulp of the output at the exact value is what any correctly rounded
-    # answer may be off, however tight the budget
+    # answer may be off, however tight the budget (only the elements past it can use any of the room above it)
     half = 0.5 * dtype.ulp(exp)
-    room = allowed - half
-    beyond = np.where(err <= half, 0.0, np.where(room > 0, (err - half) / np.where(room > 0, room, 1.0), used))
-    record.observe(float(ulps.max()), float(used.max()), where, float(beyond.max()))
+    over = err > half
+    beyond = 0.0
+    if over.any():
+        e_over, h_over, room = err[over], half[over], allowed[over] - half[over]
+        fits = room > 0
+        beyond = float(np.max(np.where(fits, (e_over - h_over) / np.where(fits, room, 1.0), used[over])))
+    record.observe(float(ulps.max()), most, where, beyond)
     if along is not None:
         record.observe_along(along, what, ulps, allowed / ulp)
-    target(float(used.max()), label=f"{what} error / budget{_TARGET_SUFFIX[-1] if _TARGET_SUFFIX else ''}")
-    if used.max() > 1.0:
+    target(most, label=f"{what} error / budget{_TARGET_SUFFIX[-1] if _TARGET_SUFFIX else ''}")
+    if most > 1.0:
         failure = CheckFailure(
             f"{what}: got {g[worst]:.8g} at {worst}, should be {exp[worst]:.8g} ± {allowed[worst]:.3g} "
             f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp) [{call}]"
         )
-        failure.share = float(used.max())
+        failure.share = most
         raise failure
 
 
