@@ -103,6 +103,7 @@ REGIMES = "32,768 rows × 64 (block kernels, ∂γ and ∂β summed over many ro
     f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="layer_norm",
+    autocast=False,
 )
 @sizes.REGIME_SETTINGS
 @given(data=st.data())
@@ -118,6 +119,7 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
     f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="layer_norm",
+    autocast=False,
     grad=True,
 )
 @sizes.REGIME_SETTINGS

@@ -126,6 +126,7 @@ def test_sinusoidal_worked_example(adapter: Adapter, dtype: Format, record: Reco
     f"agrees with the oracle in the size regimes kernels dispatch on: {SINE_REGIMES}",
     SINE,
     op="sinusoidal_positions",
+    autocast=False,
 )
 @sizes.REGIME_SETTINGS
 @given(data=st.data())
@@ -140,6 +141,7 @@ def test_sinusoidal_regime_forward(adapter: Adapter, dtype: Format, record: Reco
     f"VJP agrees with the oracle in the size regimes kernels dispatch on: {SINE_REGIMES}",
     SINE,
     op="sinusoidal_positions",
+    autocast=False,
     grad=True,
 )
 @sizes.REGIME_SETTINGS

@@ -60,6 +60,7 @@ REGIMES = "32,768 rows × 64 (block kernels, ∂γ summed over many rows) and 2 
     f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="rms_norm",
+    autocast=False,
 )
 @sizes.REGIME_SETTINGS
 @given(data=st.data())
@@ -75,6 +76,7 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
     f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="rms_norm",
+    autocast=False,
     grad=True,
 )
 @sizes.REGIME_SETTINGS

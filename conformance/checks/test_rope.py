@@ -180,6 +180,7 @@ REGIMES = "32 heads × 300 positions × 128 features"
     f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="rope",
+    autocast=False,
 )
 @sizes.REGIME_SETTINGS
 @given(data=st.data())
@@ -193,6 +194,7 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
     f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     CITE,
     op="rope",
+    autocast=False,
     grad=True,
 )
 @sizes.REGIME_SETTINGS

@@ -115,6 +115,7 @@ REGIMES = (
     f"agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     EXTEND,
     op="rope_scaled",
+    autocast=False,
     choices=ALL,
 )
 @sizes.REGIME_SETTINGS
@@ -130,6 +131,7 @@ def test_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: s
     f"VJP agrees with the oracle in the size regimes kernels dispatch on: {REGIMES}",
     EXTEND,
     op="rope_scaled",
+    autocast=False,
     grad=True,
     choices=ALL,
 )

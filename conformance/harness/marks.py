@@ -44,16 +44,26 @@ def check(
     op: str | None = None,
     grad: bool = False,
     choices: Mapping[str, tuple[str, ...]] | None = None,
+    autocast: bool = True,
 ) -> Any:
     """Mark a test as a conformance check. ``op``: the contract operation it needs from the adapter
     (``grad``: and its VJP); the check is *unsupported* for an adapter that does not declare them.
     ``choices``: the values of ``op``'s named choices (``adapters.CHOICES``) the check draws; it draws only
     those the adapter declares (:func:`declared`), the report names the others, and with none declared the
-    check is unsupported."""
+    check is unsupported. ``autocast=False``: the check has no column in the autocast modes (the size regimes:
+    autocast casts per operation, whatever the size — its modes' own cases reach those casts, the regimes reach
+    the kernels' size dispatch in each dtype)."""
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"check {id!r}: unknown behaviour {behaviour!r}; add it to BEHAVIOURS")
     return pytest.mark.conformance(
-        id=id, behaviour=behaviour, prop=prop, cites=cites, op=op, grad=grad, choices=dict(choices or {})
+        id=id,
+        behaviour=behaviour,
+        prop=prop,
+        cites=cites,
+        op=op,
+        grad=grad,
+        choices=dict(choices or {}),
+        autocast=autocast,
     )
 
 

@@ -215,11 +215,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names = _split(metafunc.config.getoption("dtype")) or list(DTYPES_AND_MODES)
         marker = metafunc.definition.get_closest_marker("conformance")
         op = marker.kwargs.get("op") if marker else None
-        # an autocast mode is a column of the checks of the operations it is defined for (adapters.AUTOCAST)
+        # an autocast mode is a column of the checks of the operations it is defined for (adapters.AUTOCAST),
+        # but for those marked autocast=False (the size regimes)
+        in_modes = op in AUTOCAST and (marker is None or marker.kwargs.get("autocast", True))
         formats: list[Format] = [
             autocast.mode_format(n, str(op)) if n in autocast.MODES else fmt(n)
             for n in names
-            if n not in autocast.MODES or op in AUTOCAST
+            if n not in autocast.MODES or in_modes
         ]
         metafunc.parametrize("dtype", formats, ids=[autocast.label(f) for f in formats], scope="session")
 
