@@ -347,23 +347,23 @@ def chunked_logsumexp(u: torch.Tensor, chunk: int = 32_768, rescale_from: int = 
 
 
 class EmbeddingSortedPathDropsRepeats(torch.autograd.Function):
-    """``F.embedding(positions, table)``; its backward, for 3072 positions or more (the sort-and-segment path
-    embedding kernels take for many indices), writes each position's gradient row into ∂table without adding
+    """``F.embedding(positions, table)``; its backward, for ``from_count`` positions or more (the sort-and-segment
+    path embedding kernels take for many indices), writes each position's gradient row into ∂table without adding
     a repeated position's rows (one of them is kept); below that it adds them (``index_add_``)."""
 
     @staticmethod
-    def forward(ctx: Any, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, table: torch.Tensor, positions: torch.Tensor, from_count: int) -> torch.Tensor:
         ctx.save_for_backward(positions)
-        ctx.rows = table.shape[0]
+        ctx.rows, ctx.from_count = table.shape[0], from_count
         return F.embedding(positions, table)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (positions,) = ctx.saved_tensors
         flat, rows = positions.reshape(-1), g.reshape(-1, g.shape[-1])
         grad = torch.zeros(ctx.rows, g.shape[-1], dtype=g.dtype, device=g.device)
-        if flat.numel() >= 3072:
+        if flat.numel() >= ctx.from_count:
             grad[flat] = rows
         else:
             grad.index_add_(0, flat, rows)
-        return grad, None
+        return grad, None, None

@@ -44,7 +44,7 @@ from mutants.split_k import SplitKInputGrad, split_k_matmul
 from transformer_conformance.adapters.torch import blocks as torch_blocks
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
-from transformer_conformance.adapters.torch.positions import alibi_slopes
+from transformer_conformance.adapters.torch.positions import alibi_slopes, rope_scaled_inv_freq
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -70,12 +70,13 @@ T = torch.Tensor
 
 
 class MutantAdapter(TorchAdapter):
-    """The torch adapter, open to one defect: ``impl`` entries, ``hidden_dim`` or ``conventions``."""
+    """The torch adapter, open to one defect: ``impl`` entries, ``hidden_dim``, ``ffn_width`` or ``conventions``."""
 
     def __init__(self, name: str, device: str = "cpu") -> None:
         super().__init__(device)
         self.name = name  # type: ignore[misc]
         self.hidden_dim: Callable[..., int] = llama_hidden_dim
+        self.ffn_width: Callable[..., int] = torch_blocks.ffn_hidden_dim
 
     def declare(self, **changes: Any) -> None:
         """Replace declared conventions (the code stays as it is)."""
@@ -84,6 +85,8 @@ class MutantAdapter(TorchAdapter):
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         if op == "swiglu_hidden_dim":
             return np.asarray(self.hidden_dim(**params))
+        if op == "ffn_hidden_dim":
+            return np.asarray(self.ffn_width(**params))
         return super().forward(op, inputs, params)
 
 
@@ -857,6 +860,8 @@ def attention_softcap_after_mask(a: MutantAdapter) -> None:
         return (torch.softmax(s, dim=-1) @ v.float().repeat_interleave(rep, dim=1)).to(q.dtype)
 
     a.impl["attention"] = attention
+
+
 # ---------------------------------------------------------------------------------- linear_cross_entropy
 
 
@@ -1202,7 +1207,7 @@ def learned_sorted_path_drops_repeats(a: MutantAdapter) -> None:
         n = table.shape[0]
         if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= n):
             raise IndexError(f"position outside the learned table's 0 … {n - 1}")
-        return EmbeddingSortedPathDropsRepeats.apply(table, positions)
+        return EmbeddingSortedPathDropsRepeats.apply(table, positions, 3072)
 
     a.impl["learned_positions"] = learned_positions
 
@@ -1221,7 +1226,6 @@ def alibi_tile_offset_dropped(a: MutantAdapter) -> None:
         return (scores.float() - slopes[:, None, None] * dist).to(scores.dtype)
 
     a.impl["alibi"] = alibi
-
 
 
 # -------------------------------------------------- checks the small cases hold: GQA order, ALiBi slopes, GELU form
@@ -1274,6 +1278,365 @@ def mlp_gelu_erf_as_tanh(a: MutantAdapter) -> None:
         return (hidden @ w_out.float()).to(x.dtype)
 
     a.impl["mlp"] = mlp
+
+
+# ------------------------------------- checks the small cases hold: the attention variants, the block, the LM head,
+# the gated MLP, learned positions, ALiBi and the NTK rules
+
+
+@mutant(
+    "mlp",
+    "glu/forward",
+    "gate and up projections swapped, act(x·W₃) ⊙ x·W₁ (a fused gate_up weight split in the wrong order by a "
+    "converter)",
+)
+def glu_gate_up_swapped(a: MutantAdapter) -> None:
+    plain = a.impl["glu_mlp"]
+
+    def glu_mlp(x: T, w1: T, w3: T, w2: T, activation: str) -> T:
+        return plain(x, w3, w1, w2, activation)
+
+    a.impl["glu_mlp"] = glu_mlp
+
+
+@mutant("attention", "qk-norm/forward", "k normalised with q's weight (the q_norm module applied to k as well)")
+def qk_norm_k_with_q_weight(a: MutantAdapter) -> None:
+    plain = a.impl["qk_norm_attention"]
+
+    def qk_norm_attention(q: T, k: T, v: T, q_weight: T, k_weight: T, **params: Any) -> T:
+        return plain(q, k, v, q_weight, q_weight, **params)
+
+    a.impl["qk_norm_attention"] = qk_norm_attention
+
+
+@mutant(
+    "attention",
+    "qk-norm/scale-invariance",
+    "q left unnormalised (only k goes through its RMSNorm): the logits grow with q's scale",
+)
+def qk_norm_q_unnormalised(a: MutantAdapter) -> None:
+    def qk_norm_attention(
+        q: T,
+        k: T,
+        v: T,
+        q_weight: T,
+        k_weight: T,
+        causal: bool = False,
+        softcap: float | None = None,
+        eps: float = 1e-6,
+    ) -> T:
+        kn = F.rms_norm(k.float(), (k.shape[-1],), k_weight.float(), eps)
+        return torch_blocks.attention_f32(q.float() * q_weight.float(), kn, v.float(), causal, softcap).to(q.dtype)
+
+    a.impl["qk_norm_attention"] = qk_norm_attention
+
+
+@mutant(
+    "attention",
+    "rope-attention/relative",
+    "keys rotated at positions 0 … L_k − 1 whatever their positions (a KV cache whose keys' positions restart at "
+    "0): right only for a sequence that starts at 0",
+)
+def rope_attention_keys_from_zero(a: MutantAdapter) -> None:
+    plain = a.impl["rope_attention"]
+
+    def rope_attention(q: T, k: T, v: T, q_positions: T, k_positions: T, **params: Any) -> T:
+        return plain(q, k, v, q_positions, torch.arange(k.shape[-2], device=k.device), **params)
+
+    a.impl["rope_attention"] = rope_attention
+
+
+@mutant(
+    "blocks",
+    "lm-head/stream-scale",
+    "the final RMSNorm left out of the head, its weight still applied (x·γ·W): the logits follow the stream's scale",
+)
+def lm_head_norm_dropped(a: MutantAdapter) -> None:
+    def lm_head(x: T, norm_weight: T, w_head: T, eps: float) -> T:
+        return ((x.float() * norm_weight.float()) @ w_head.float()).to(x.dtype)
+
+    a.impl["lm_head"] = lm_head
+
+
+def _block_with_kernel(a: MutantAdapter, kernel: Callable[..., T]) -> Callable[..., T]:
+    """The torch adapter's decoder layer with ``kernel`` as its attention (``adapters/torch/blocks.ops``)."""
+    layer = torch_blocks.ops(a.conventions.rope_layout, a.conventions.causal_alignment, kernel)["block"]
+
+    def block(x: T, positions: T, placement: str, n_heads: int, n_kv_heads: int, eps: float, **rest: Any) -> T:
+        return layer(x, positions, placement, n_heads, n_kv_heads, eps, **rest)
+
+    return block
+
+
+def _not_causal(
+    q: T, k: T, v: T, causal: bool, softcap: float | None = None, scale: float | None = None, alignment: str = ""
+) -> T:
+    return torch_blocks.attention_f32(q, k, v, False, softcap, scale)
+
+
+@mutant(
+    "blocks",
+    "blocks/forward",
+    "the decoder layer's attention is not causal (the mask not passed down to it): every token reads later ones",
+)
+def block_attention_not_causal(a: MutantAdapter) -> None:
+    a.impl["block"] = _block_with_kernel(a, _not_causal)
+
+
+@mutant(
+    "blocks",
+    "blocks/identity-path",
+    "pre-norm layer whose attention residual is the normalised stream (``residual = hidden_states`` taken after "
+    "the input norm): h = n + attn(n), n = RMSNorm(x)",
+)
+def block_residual_after_norm(a: MutantAdapter) -> None:
+    plain, layout = a.impl["block"], a.conventions.rope_layout
+
+    def block(
+        x: T, positions: T, placement: str, n_heads: int, n_kv_heads: int, eps: float, base: float = 10000.0, **w: T
+    ) -> T:
+        if placement != "pre":
+            return plain(x, positions, placement, n_heads, n_kv_heads, eps, base, **w)
+        wf = {k: t.float() for k, t in w.items()}
+        b, t, d = x.shape
+
+        def heads(z: T, h: int) -> T:
+            return z.view(b, t, h, -1).transpose(1, 2)
+
+        n = F.rms_norm(x.float(), (d,), wf["attn_norm"], eps)
+        q = rope_float32(heads(n @ wf["wq"], n_heads), positions, base, layout)
+        k = rope_float32(heads(n @ wf["wk"], n_kv_heads), positions, base, layout)
+        o = torch_blocks.attention_f32(q, k, heads(n @ wf["wv"], n_kv_heads), True)
+        h = n + o.transpose(1, 2).reshape(b, t, -1) @ wf["wo"]
+        m = F.rms_norm(h, (d,), wf["mlp_norm"], eps)
+        return (h + (F.silu(m @ wf["w1"]) * (m @ wf["w3"])) @ wf["w2"]).to(x.dtype)
+
+    a.impl["block"] = block
+
+
+@mutant(
+    "learned",
+    "learned/gradient",
+    "the embedding backward writes each position's gradient row (index_put without accumulate): a repeated "
+    "position keeps one of its rows",
+)
+def learned_repeats_overwritten(a: MutantAdapter) -> None:
+    def learned_positions(table: T, positions: T) -> T:
+        n = table.shape[0]
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= n):
+            raise IndexError(f"position outside the learned table's 0 … {n - 1}")
+        return EmbeddingSortedPathDropsRepeats.apply(table, positions, 0)
+
+    a.impl["learned_positions"] = learned_positions
+
+
+@mutant(
+    "learned",
+    "learned/beyond-table",
+    "positions past the table clamped to its last row (and below 0 to its first) instead of refused",
+)
+def learned_positions_clamped(a: MutantAdapter) -> None:
+    def learned_positions(table: T, positions: T) -> T:
+        return F.embedding(positions.clamp(0, table.shape[0] - 1), table)
+
+    a.impl["learned_positions"] = learned_positions
+
+
+@mutant(
+    "alibi",
+    "alibi/translation-invariant",
+    "BLOOM's bias m·j from the key's position alone: the same softmax as −m·|i − j| in a causal row (they differ by "
+    "a row constant), not the same biased scores, and wrong wherever a row sees keys past its query",
+)
+def alibi_key_position_bias(a: MutantAdapter) -> None:
+    def alibi(scores: T, q_positions: T, k_positions: T) -> T:
+        slopes = torch.tensor(alibi_slopes(scores.shape[-3]), dtype=torch.float32)
+        return (scores.float() + slopes[:, None, None] * k_positions[None, None, :].float()).to(scores.dtype)
+
+    a.impl["alibi"] = alibi
+
+
+@mutant("rope_scaling", "rope_scaled/ntk-base", "NTK-aware base θ·s, the exponent d/(d − 2) left out")
+def rope_ntk_base_without_exponent(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if scaling and scaling["type"] == "ntk":
+            return plain(x, positions, base * float(scaling["factor"]), rotary_dim, None)
+        return plain(x, positions, base, rotary_dim, scaling)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
+    "rope_scaled/dynamic-below-trained-length",
+    "dynamic NTK's base rescaled for every call, n < L too (the n > L guard missing): a shorter call gets a "
+    "smaller base",
+)
+def rope_dynamic_ntk_unguarded(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if not scaling or scaling["type"] != "dynamic" or not positions.numel():
+            return plain(x, positions, base, rotary_dim, scaling)
+        s, trained = float(scaling["factor"]), int(scaling["original_max_position_embeddings"])
+        n = int(positions.max()) + 1
+        return plain(x, positions, base, rotary_dim, {"type": "ntk", "factor": s * n / trained - (s - 1)})
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+def _default_bias(features: int, fan_in: int) -> T:
+    """What ``nn.Linear(bias=True)`` initialises a bias to, U(−1/√fan_in, 1/√fan_in), drawn reproducibly."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return (torch.rand(features, generator=torch.Generator().manual_seed(0)) * 2 - 1) * bound
+
+
+@mutant(
+    "mlp",
+    "mlp/bias-free",
+    "the down projection built as nn.Linear with its default bias=True (a port of a bias-free model): a constant "
+    "added to every token",
+)
+def mlp_down_projection_bias(a: MutantAdapter) -> None:
+    plain = a.impl["mlp"]
+
+    def mlp(x: T, w_in: T, w_out: T, activation: str) -> T:
+        out = plain(x, w_in, w_out, activation)
+        return (out.float() + _default_bias(w_out.shape[-1], w_out.shape[0])).to(x.dtype)
+
+    a.impl["mlp"] = mlp
+
+
+@mutant(
+    "mlp",
+    "glu/bias-free",
+    "the gated MLP's down projection built as nn.Linear with its default bias=True: a constant added to every token",
+)
+def glu_down_projection_bias(a: MutantAdapter) -> None:
+    plain = a.impl["glu_mlp"]
+
+    def glu_mlp(x: T, w1: T, w3: T, w2: T, activation: str) -> T:
+        out = plain(x, w1, w3, w2, activation)
+        return (out.float() + _default_bias(w2.shape[-1], w2.shape[0])).to(x.dtype)
+
+    a.impl["glu_mlp"] = glu_mlp
+
+
+def _v_bias(
+    q: T, k: T, v: T, causal: bool, softcap: float | None = None, scale: float | None = None, alignment: str = ""
+) -> T:
+    """Attention whose values carry a default-initialised v_proj bias (the softmax's rows sum to 1: it passes
+    through unchanged)."""
+    bias = _default_bias(v.shape[-1], v.shape[-1])
+    return torch_blocks.attention_f32(q, k, v, causal, softcap, scale, alignment or "bottom_right") + bias
+
+
+@mutant(
+    "blocks",
+    "blocks/no-bias",
+    "v_proj built as nn.Linear with its default bias=True (the q/k/v biases of one family kept in a bias-free "
+    "port): the zero stream maps to o_proj(b), not 0",
+)
+def block_v_proj_bias(a: MutantAdapter) -> None:
+    a.impl["block"] = _block_with_kernel(a, _v_bias)
+
+
+@mutant(
+    "learned",
+    "learned/lookup",
+    "OPT's offset of 2 added to every position (its table holds two extra rows), not declared: position p reads "
+    "row p + 2",
+)
+def learned_opt_offset(a: MutantAdapter) -> None:
+    plain = a.impl["learned_positions"]
+
+    def learned_positions(table: T, positions: T) -> T:
+        plain(table, positions)  # its refusal of positions outside the table
+        return F.embedding((positions + 2).clamp(max=table.shape[0] - 1), table)
+
+    a.impl["learned_positions"] = learned_positions
+
+
+@mutant(
+    "alibi",
+    "alibi/gradient",
+    "the biased scores computed under torch.no_grad (the bias cached with the add): right values, no gradient to "
+    "the scores",
+)
+def alibi_added_under_no_grad(a: MutantAdapter) -> None:
+    plain = a.impl["alibi"]
+
+    def alibi(scores: T, q_positions: T, k_positions: T) -> T:
+        with torch.no_grad():
+            return plain(scores, q_positions, k_positions)
+
+    a.impl["alibi"] = alibi
+
+
+def _width_eight_thirds(
+    d: int, base_ratio: float = 4, gated: bool = True, multiple_of: int = 1, ffn_dim_multiplier: float | None = None
+) -> int:
+    hidden = int(8 * d / 3) if gated else int(base_ratio * d)  # LLaMA's int(2·4d/3), whatever the base ratio
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+@mutant(
+    "mlp",
+    "ffn/hidden-width",
+    "the gated width hard-coded as LLaMA's ⌊8d/3⌋ (two thirds of 4d) for every base ratio: right only at r = 4",
+)
+def ffn_gated_width_eight_thirds(a: MutantAdapter) -> None:
+    a.ffn_width = _width_eight_thirds
+
+
+@mutant(
+    "attention",
+    "attention/permutation-equivariance",
+    "a sliding window of 4 keys either side of the query (a local-attention layer's window) applied though "
+    "nothing declares it: a key's index, not only its content, decides whether it is read",
+)
+def attention_undeclared_window(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        lq, lk, rep = q.shape[-2], k.shape[-2], q.shape[1] // k.shape[1]
+        kf, vf = k.float().repeat_interleave(rep, dim=1), v.float().repeat_interleave(rep, dim=1)
+        s = (q.float() @ kf.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        i, j = torch.arange(lq)[:, None] + (lk - lq), torch.arange(lk)[None, :]
+        keep = (i - j).abs() < 4
+        if causal:
+            keep &= j <= i
+        return (torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1) @ vf).to(q.dtype)
+
+    a.impl["attention"] = attention
+
+
+@mutant(
+    "rope_scaling",
+    "rope_scaled/dynamic-at-trained-length",
+    "dynamic NTK's base kept from the longest call so far (a cos/sin cache that only grows, as transformers "
+    "5.0–5.12): a call of n ≤ L after a longer one rotates with the longer call's base",
+)
+def rope_dynamic_ntk_stale_base(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+    longest = [0]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if not scaling or scaling["type"] != "dynamic" or not positions.numel():
+            return plain(x, positions, base, rotary_dim, scaling)
+        longest[0] = max(longest[0], int(positions.max()) + 1)
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, longest[0], x.device)
+        return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq, factor)
+
+    a.impl["rope_scaled"] = rope_scaled
+
 
 def by_attribute() -> dict[str, Mutant]:
     return {m.attribute: m for m in CATALOGUE}

@@ -11,6 +11,7 @@ from mutants.catalogue import BEHAVIOURS, CATALOGUE, Mutant
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.adapters.registry import load_adapter
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
+from transformer_conformance.adapters.torch.blocks import ffn_hidden_dim
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +54,7 @@ def test_loads_as_an_adapter(m: Mutant) -> None:
 
 
 def test_each_is_one_change_from_the_correct_adapter() -> None:
-    """A mutant changes exactly one thing: one operation, the hidden-width rule, or the declared conventions."""
+    """A mutant changes exactly one thing: one operation, a hidden-width rule, or the declared conventions."""
     correct = TorchAdapter()
     for m in CATALOGUE:
         a = m()
@@ -62,6 +63,9 @@ def test_each_is_one_change_from_the_correct_adapter() -> None:
             changes.append("conventions")
         if any(a.hidden_dim(d, k) != llama_hidden_dim(d, k) for d in range(1, 300) for k in (1, 64, 128, 256)):
             changes.append("swiglu_hidden_dim")
+        widths = [(d, r, g, k) for d in range(1, 300, 7) for r in (1, 2.5, 4) for g in (True, False) for k in (1, 64)]
+        if any(a.ffn_width(*w) != ffn_hidden_dim(*w) for w in widths):
+            changes.append("ffn_hidden_dim")
         assert len(changes) == 1, f"{m.name}: {changes}"
 
 
