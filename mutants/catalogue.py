@@ -1203,13 +1203,20 @@ def lm_head_backward_split_k_reduced_precision(a: MutantAdapter) -> None:
     "writes a repeated position's row once instead of adding its rows: right for fewer positions",
 )
 def learned_sorted_path_drops_repeats(a: MutantAdapter) -> None:
+    a.impl["learned_positions"] = _lookup_dropping_repeats(3072)
+
+
+def _lookup_dropping_repeats(from_count: int) -> Callable[[T, T], T]:
+    """The table's rows (positions outside it refused), with a backward that keeps one row of a repeated position
+    from ``from_count`` positions on."""
+
     def learned_positions(table: T, positions: T) -> T:
         n = table.shape[0]
         if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= n):
             raise IndexError(f"position outside the learned table's 0 … {n - 1}")
-        return EmbeddingSortedPathDropsRepeats.apply(table, positions, 3072)
+        return EmbeddingSortedPathDropsRepeats.apply(table, positions, from_count)
 
-    a.impl["learned_positions"] = learned_positions
+    return learned_positions
 
 
 @mutant(
@@ -1421,13 +1428,7 @@ def block_residual_after_norm(a: MutantAdapter) -> None:
     "position keeps one of its rows",
 )
 def learned_repeats_overwritten(a: MutantAdapter) -> None:
-    def learned_positions(table: T, positions: T) -> T:
-        n = table.shape[0]
-        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= n):
-            raise IndexError(f"position outside the learned table's 0 … {n - 1}")
-        return EmbeddingSortedPathDropsRepeats.apply(table, positions, 0)
-
-    a.impl["learned_positions"] = learned_positions
+    a.impl["learned_positions"] = _lookup_dropping_repeats(0)
 
 
 @mutant(
