@@ -34,4 +34,5 @@ EXTRAS: dict[str, str] = {
     "torchtune": "torchtune",
     "keras-hub": "keras-hub",
     "equinox": "equinox",
+    "pallas": "pallas",
 }

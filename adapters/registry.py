@@ -38,6 +38,7 @@ BUILTIN: dict[str, str] = {
     "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
     "keras-hub": "transformer_conformance.adapters.keras_hub.adapter:KerasHubAdapter",
     "equinox": "transformer_conformance.adapters.equinox.adapter:EquinoxAdapter",
+    "pallas": "transformer_conformance.adapters.pallas.adapter:PallasAdapter",
 }
 
 

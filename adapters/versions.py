@@ -91,6 +91,9 @@ KERAS_HUB = Supported("keras-hub", "0.32", "0.33")
 KERAS = Supported("keras", "3.15", "3.16")
 #: Equinox's norm layers as measured on 0.13 (float32 promotion, RMSNorm's default bias)
 EQUINOX = Supported("equinox", "0.13", "0.14")
+#: Pallas's GPU normalisation kernels under the interpreter, as measured on jax 0.10 (the kernels' options and
+#: the interpreter's load/store API change between JAX releases)
+PALLAS_JAX = Supported("jax", "0.10", "0.11")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -119,6 +122,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "torchtune": (TORCHTUNE, TORCHAO, TORCH),
     "keras-hub": (KERAS_HUB, KERAS, JAX),
     "equinox": (EQUINOX, JAX),
+    "pallas": (PALLAS_JAX,),
 }
 
 

@@ -1,0 +1,1 @@
+"""JAX Pallas kernels run by the Pallas interpreter (adapter ``pallas``)."""

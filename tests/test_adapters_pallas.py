@@ -1,0 +1,62 @@
+"""The pallas built-in adapter loads, declares what JAX 0.10's Pallas normalisation kernels do under the Pallas
+interpreter, and passes a smoke subset (docs/adapters.md, "pallas")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax.experimental.pallas.ops.gpu.rms_norm")
+
+from tests.adapter_smoke import smoke
+from transformer_conformance.adapters.registry import load_adapter
+from transformer_conformance.conformance.strategies.common import fill
+from transformer_conformance.reference.formats import fmt
+
+
+def test_smoke() -> None:
+    adapter = load_adapter("pallas")
+    assert adapter.name == "pallas"
+    assert set(adapter.capabilities) == {"rms_norm", "layer_norm"}
+    assert smoke(adapter, ("float32", "bfloat16", "float16"))
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_default_eps_is_the_declared_one(op: str) -> None:
+    """ε = None runs the kernel with its default, the declared 1e-5 (a row of small values shows it)."""
+    adapter = load_adapter("pallas")
+    dtype = fmt("float32")
+    inputs = {"x": fill(dtype, (3, 16), 1e-3, 0), "weight": fill(dtype, (16,), 0.2, 1, offset=1.0)}
+    if op == "layer_norm":
+        inputs["bias"] = fill(dtype, (16,), 0.2, 2)
+    default = adapter.forward(op, inputs, {"eps": None})
+    assert adapter.conventions.eps_defaults[op] == 1e-5
+    assert np.array_equal(default, adapter.forward(op, inputs, {"eps": 1e-5}))
+    assert not np.array_equal(default, adapter.forward(op, inputs, {"eps": 1e-6}))
+
+
+def test_the_backward_reads_statistics_stored_in_the_input_dtype() -> None:
+    """What ``unfused`` rms_norm.vjp declares: the forward's saved 1/σ is a bfloat16 value, so ∂L/∂x is the
+    float32 formula evaluated at that rounded 1/σ, not at the exact one."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.gpu import rms_norm
+
+    dtype = fmt("bfloat16")
+    x = jnp.asarray(fill(dtype, (1, 1, 8), 1.0, 3))
+    w = jnp.ones((8,), x.dtype)
+    _, (_, _, _, rstd) = rms_norm.rms_norm_forward(x, w, jnp.zeros_like(w), eps=1e-5, interpret=True)
+    assert rstd.dtype == jnp.bfloat16
+    exact = 1.0 / np.sqrt(np.mean(np.asarray(x, np.float64) ** 2) + 1e-5)
+    assert float(rstd.reshape(())) == float(jnp.asarray(exact, jnp.bfloat16))
+    del jax
+
+
+def test_outputs_and_gradients_come_back_in_the_input_dtype() -> None:
+    adapter = load_adapter("pallas")
+    dtype = fmt("bfloat16")
+    inputs = {"x": fill(dtype, (2, 3, 8), 1.0, 0), "weight": fill(dtype, (8,), 0.2, 1, offset=1.0)}
+    assert adapter.forward("rms_norm", inputs, {"eps": None}).dtype == dtype.np_dtype
+    grads = adapter.vjp("rms_norm", inputs, {"eps": None}, fill(dtype, (2, 3, 8), 1.0, 2))
+    assert {k: g.dtype for k, g in grads.items()} == {"x": dtype.np_dtype, "weight": dtype.np_dtype}
+    assert grads["x"].shape == (2, 3, 8) and grads["weight"].shape == (8,)
