@@ -144,3 +144,26 @@ def _smoke(adapter: Adapter, dtypes: tuple[str, ...], checked: list[str]) -> Non
                     cot = fill(dtype, out.shape, 1.0, 99)
                     check_vjp(adapter, op, c, cot, dtype, rec)
                 checked.append(f"{op}[{name}]" + (f"[{choice}]" if choice else ""))
+
+
+def assert_default_eps(adapter: Adapter, op: str, declared: float) -> None:
+    """ε = None is the declared default (``declared``): a row of small values, where ε shows, comes out as with
+    ε = declared and not as with ε = declared / 10."""
+    dtype = fmt("float32")
+    inputs = {"x": fill(dtype, (3, 16), 1e-3, 0), "weight": fill(dtype, (16,), 0.2, 1, offset=1.0)}
+    if op == "layer_norm":
+        inputs["bias"] = fill(dtype, (16,), 0.2, 2)
+    default = adapter.forward(op, inputs, {"eps": None})
+    assert adapter.conventions.eps_defaults[op] == declared
+    assert np.array_equal(default, adapter.forward(op, inputs, {"eps": declared}))
+    assert not np.array_equal(default, adapter.forward(op, inputs, {"eps": declared / 10}))
+
+
+def assert_rms_norm_keeps_the_input_dtype(adapter: Adapter) -> None:
+    """RMSNorm's output and gradients come back in the input dtype (bfloat16) and shape, leading axes kept."""
+    dtype = fmt("bfloat16")
+    inputs = {"x": fill(dtype, (2, 3, 8), 1.0, 0), "weight": fill(dtype, (8,), 0.2, 1, offset=1.0)}
+    assert adapter.forward("rms_norm", inputs, {"eps": None}).dtype == dtype.np_dtype
+    grads = adapter.vjp("rms_norm", inputs, {"eps": None}, fill(dtype, (2, 3, 8), 1.0, 2))
+    assert {k: g.dtype for k, g in grads.items()} == {"x": dtype.np_dtype, "weight": dtype.np_dtype}
+    assert grads["x"].shape == (2, 3, 8) and grads["weight"].shape == (8,)

@@ -9,10 +9,8 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("equinox")
 
-from tests.adapter_smoke import smoke
+from tests.adapter_smoke import assert_default_eps, assert_rms_norm_keeps_the_input_dtype, smoke
 from transformer_conformance.adapters.registry import load_adapter
-from transformer_conformance.conformance.strategies.common import fill
-from transformer_conformance.reference.formats import fmt
 
 
 def test_smoke() -> None:
@@ -25,25 +23,11 @@ def test_smoke() -> None:
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_default_eps_is_the_declared_one(op: str) -> None:
     """ε = None builds the layer with its default, which is the declared 1e-5 (a row of small values shows it)."""
-    adapter = load_adapter("equinox")
-    dtype = fmt("float32")
-    inputs = {"x": fill(dtype, (3, 16), 1e-3, 0), "weight": fill(dtype, (16,), 0.2, 1, offset=1.0)}
-    if op == "layer_norm":
-        inputs["bias"] = fill(dtype, (16,), 0.2, 2)
-    default = adapter.forward(op, inputs, {"eps": None})
-    assert adapter.conventions.eps_defaults[op] == 1e-5
-    assert np.array_equal(default, adapter.forward(op, inputs, {"eps": 1e-5}))
-    assert not np.array_equal(default, adapter.forward(op, inputs, {"eps": 1e-6}))
+    assert_default_eps(load_adapter("equinox"), op, 1e-5)
 
 
 def test_outputs_and_gradients_come_back_in_the_input_dtype() -> None:
-    adapter = load_adapter("equinox")
-    dtype = fmt("bfloat16")
-    inputs = {"x": fill(dtype, (2, 3, 8), 1.0, 0), "weight": fill(dtype, (8,), 0.2, 1, offset=1.0)}
-    assert adapter.forward("rms_norm", inputs, {"eps": None}).dtype == dtype.np_dtype
-    grads = adapter.vjp("rms_norm", inputs, {"eps": None}, fill(dtype, (2, 3, 8), 1.0, 2))
-    assert {k: g.dtype for k, g in grads.items()} == {"x": dtype.np_dtype, "weight": dtype.np_dtype}
-    assert grads["x"].shape == (2, 3, 8) and grads["weight"].shape == (8,)
+    assert_rms_norm_keeps_the_input_dtype(load_adapter("equinox"))
 
 
 def test_rmsnorm_has_a_bias_by_default() -> None:
