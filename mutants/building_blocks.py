@@ -206,7 +206,9 @@ class LinearCrossEntropyFused(torch.autograd.Function):
     upstream gradient instead of each token's own (folding g in after the projection); "unmasked_weight" leaves
     ignored tokens' rows of softmax − onehot in the ∂W and ∂b projections (∂x masked); "chunk_accumulator" walks
     the tokens in chunks as Liger-Kernel's fused kernel sizes them (next_pow2(N / ⌈V/H⌉) tokens) and accumulates
-    ∂W and ∂b chunk by chunk in the weight's dtype, each chunk's addition rounded (right in float32)."""
+    ∂W and ∂b chunk by chunk in the weight's dtype, each chunk's addition rounded (right in float32);
+    "lse_no_rescale" takes the logsumexp over vocabulary chunks of 32,768 without rescaling the running sum
+    (``chunked_logsumexp``) and the gradient's softmax as exp(u − lse), as an online-softmax kernel does."""
 
     @staticmethod
     def forward(
@@ -223,9 +225,9 @@ class LinearCrossEntropyFused(torch.autograd.Function):
         safe = torch.where(valid, targets, 0)
         xf, wf = x.float(), w.float()
         u = xf @ wf.T + b.float()
-        lse = torch.logsumexp(u, dim=-1)
+        lse = chunked_logsumexp(u) if defect == "lse_no_rescale" else torch.logsumexp(u, dim=-1)
         per = torch.where(valid, lse - u.gather(-1, safe[:, None])[:, 0], 0.0)
-        d = torch.softmax(u, dim=-1)
+        d = torch.exp(u - lse[:, None]) if defect == "lse_no_rescale" else torch.softmax(u, dim=-1)
         d[torch.arange(len(safe)), safe] -= 1.0
         d_w = d.clone() if defect == "unmasked_weight" else None
         d = d * valid[:, None]

@@ -904,6 +904,16 @@ def lce_chunk_accumulator_input_dtype(a: MutantAdapter) -> None:
 
 @mutant(
     "linear_cross_entropy",
+    "linear_cross_entropy/regime-forward",
+    "fused kernel's logsumexp over vocabulary chunks of 32,768 with a running max whose sum is not rescaled when a "
+    "later chunk raises the max (the loss, and the softmax exp(u − lse) of its gradient): right for one chunk",
+)
+def lce_chunked_no_rescale(a: MutantAdapter) -> None:
+    a.impl["linear_cross_entropy"] = _fused_lce("lse_no_rescale")
+
+
+@mutant(
+    "linear_cross_entropy",
     "linear_cross_entropy/equals-unfused",
     "fused logsumexp without the max shift: log Σ exp(u) overflows where the unfused loss does not",
 )
