@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Conventions
+from transformer_conformance.conformance.budgets.error_model import Tracked, exact
 from transformer_conformance.conformance.harness import lint
 from transformer_conformance.conformance.harness.compare import Record, check_vjp
 from transformer_conformance.conformance.strategies.common import Case, fill
@@ -107,3 +108,38 @@ def test_report_md_section() -> None:
     assert "| mykernels | `unfused rms_norm.vjp` | 31% | `rms_norm/gradient float16` |" in md
     assert "unfused swiglu_mlp`" not in md.split("## Declarations not needed")[1].split("##")[0]
     assert np.isfinite(0.31)
+
+
+def test_a_declaration_that_changes_no_unit_reuses_the_checks_budget() -> None:
+    conv = Conventions(
+        unfused=frozenset({"layer_norm.vjp"}),
+        low_precision_sums=frozenset({"layer_norm.vjp"}),
+        grad_in_forward=frozenset({"cross_entropy"}),
+    )
+    stripped = dict(lint.loosening(conv, "layer_norm", grad=True))
+    for name in ("unfused layer_norm.vjp", "low_precision_sums layer_norm.vjp"):
+        # float32 is the working precision: storing or summing in the input dtype changes nothing
+        assert lint.same_budget(conv, stripped[name], "layer_norm", fmt("float32"))
+        assert not lint.same_budget(conv, stripped[name], "layer_norm", fmt("bfloat16"))
+    (name, less), *_ = lint.loosening(conv, "cross_entropy", grad=True)
+    assert name == "grad_in_forward cross_entropy"  # read by the budget itself, not through its units
+    assert not lint.same_budget(conv, less, "cross_entropy", fmt("float32"))
+
+
+def test_a_needed_declaration_is_not_measured_again() -> None:
+    conv = Conventions(unfused=frozenset({"rms_norm"}))
+    f16 = fmt("float16")
+    got, expected = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 2.5])}
+    budget = {"y": exact(np.zeros(2))}  # no error allowed: any difference is over 1
+    calls: list[Conventions] = []
+
+    def budget_of(c: Conventions) -> dict[str, Tracked]:
+        calls.append(c)
+        return budget
+
+    extra: dict[str, object] = {}
+    lint.observe(extra, conv, "rms_norm", False, budget_of, got, expected, f16, budget)
+    first = extra["without"]["unfused rms_norm"]  # type: ignore[index]
+    assert first > 1 and len(calls) == 1
+    lint.observe(extra, conv, "rms_norm", False, budget_of, got, {"y": np.array([1.0, 9.0])}, f16, budget)
+    assert len(calls) == 1 and extra["without"]["unfused rms_norm"] == first  # type: ignore[index]

@@ -127,6 +127,14 @@ def _validate(out: Any, shape: tuple[int, ...], dtype: Format, what: str, call: 
     return out
 
 
+def _scratch(a: Any, *operands: Any) -> np.ndarray | None:
+    """``a``, a temporary of :func:`compare`, as the output of a ufunc over it and ``operands`` where it holds
+    the result (not a 0-d result, which NumPy hands back as a scalar); None otherwise (a fresh array)."""
+    if not isinstance(a, np.ndarray) or a.ndim == 0 or a.dtype != np.float64:
+        return None
+    return a if np.broadcast_shapes(a.shape, *(np.shape(o) for o in operands)) == a.shape else None
+
+
 def compare(
     got: np.ndarray,
     expected: np.ndarray,
@@ -148,7 +156,9 @@ def compare(
     threshold = dtype.max_finite + 0.5 * float(dtype.ulp(dtype.max_finite))
     # (the masks below are built only where some interval reaches that far, or the candidate is not finite:
     # a size regime's arrays are millions of elements)
-    overflows = bool(np.any(np.abs(exp) + allowed >= threshold))
+    reach = np.abs(exp)
+    reach = np.add(reach, allowed, out=_scratch(reach, allowed))
+    overflows = bool((reach >= threshold).any())
     up = exp + allowed >= threshold if overflows else np.False_
     down = exp - allowed <= -threshold if overflows else np.False_
     if overflows:
@@ -166,23 +176,29 @@ def compare(
         if bad_nonfinite.any():
             i = _index(bad_nonfinite)
             raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g} [{call}]")
-    err = np.abs(g - exp)
+    err = g - exp
+    err = np.abs(err, out=_scratch(err))
     if overflows:
         near_max = ((g >= dtype.max_finite) & up) | ((g <= -dtype.max_finite) & down)
         err = np.where(near_max, 0.0, err)
     # ulps are counted at the element's condition scale: the larger of |value| and the magnitude of the
     # terms that make it up (equal to |value| where nothing cancels, as in a norm's forward)
-    ulp = dtype.ulp(np.maximum(np.abs(exp), budget.m))
+    # (each temporary below is written into where it can: a size regime's arrays are millions of elements)
+    scale = np.abs(exp, out=_scratch(reach))
+    ulp = dtype.ulp(np.maximum(scale, budget.m, out=_scratch(scale, budget.m)))
     used = err / allowed
     if used.size == 0:
         return
     most = float(used.max())
     worst = _index(used == most)
-    ulps = err / ulp
-    where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp"
+    budget_ulps = allowed / ulp if along is not None else None
+    ulp_worst = float(ulp[worst])
+    ulps = np.divide(err, ulp, out=_scratch(ulp))
+    where = f"{what} at {worst}: {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp_worst:.3g} ulp"
     # beyond the final rounding: half an ulp of the output at the exact value is what any correctly rounded
     # answer may be off, however tight the budget (only the elements past it can use any of the room above it)
-    half = 0.5 * dtype.ulp(exp)
+    half = dtype.ulp(exp)
+    half = np.multiply(half, 0.5, out=_scratch(half))
     over = err > half
     beyond = 0.0
     if over.any():
@@ -191,12 +207,12 @@ def compare(
         beyond = float(np.max(np.where(fits, (e_over - h_over) / np.where(fits, room, 1.0), used[over])))
     record.observe(float(ulps.max()), most, where, beyond)
     if along is not None:
-        record.observe_along(along, what, ulps, allowed / ulp)
+        record.observe_along(along, what, ulps, budget_ulps)
     target(most, label=f"{what} error / budget{_TARGET_SUFFIX[-1] if _TARGET_SUFFIX else ''}")
     if most > 1.0:
         failure = CheckFailure(
             f"{what}: got {g[worst]:.8g} at {worst}, should be {exp[worst]:.8g} ± {allowed[worst]:.3g} "
-            f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp[worst]:.3g} ulp) [{call}]"
+            f"(error {ulps[worst]:.3g} ulp of {dtype.name}, budget {allowed[worst] / ulp_worst:.3g} ulp) [{call}]"
         )
         failure.share = most
         raise failure
@@ -310,6 +326,7 @@ def check_forward(
             {"y": got},
             {"y": expected},
             dtype,
+            {"y": budget},
         )
     except CheckFailure as failure:
         calls = [repro.call("forward", case.inputs, case.params, expected, got)]
@@ -358,6 +375,7 @@ def check_vjp(
             grads,
             {k: expected[k] for k in grads},
             dtype,
+            budget,
         )
     except CheckFailure as failure:
         calls = [repro.call("vjp", case.inputs, case.params, expected, got, cot)]
