@@ -44,21 +44,28 @@ class Format:
                 return a.astype(self.np_dtype)
         with np.errstate(over="ignore", invalid="ignore"):
             spacing = self.ulp(a)
-            r = np.where(np.isfinite(a), np.rint(a / spacing) * spacing, a)  # a/spacing is exact: a power of 2
-        r = np.where(np.abs(r) > self.max_finite, np.copysign(np.inf, a), r)
-        return r.astype(self.np_dtype)  # exact now: r has at most 8 significant bits
+            r = np.rint(a / spacing)  # a/spacing is exact: a power of 2
+            r *= spacing
+            if not np.isfinite(a).all():
+                r = np.where(np.isfinite(a), r, a)
+        beyond = np.abs(r) > self.max_finite
+        if beyond.any():
+            r = np.where(beyond, np.copysign(np.inf, a), r)
+        return np.asarray(r).astype(self.np_dtype)  # exact now: r has at most 8 significant bits
 
     def ulp(self, v: F64 | float) -> F64:
         """Spacing of this format at |v|: 2^(e − p + 1), e = ⌊log2 |v|⌋, floored at the subnormal spacing."""
         a = np.asarray(v, dtype=np.float64)
         # 2^⌊log2 |a|⌋ is |a| with its significand bits cleared (0 for zero and float64 subnormals, which the
         # floor covers; inf for inf and NaN)
-        power = (a.view(np.uint64) & _EXPONENT_BITS).view(np.float64)
+        # (computed in place in that one new array: the size regimes' arrays are millions of elements)
+        out = np.asarray(a.view(np.uint64) & _EXPONENT_BITS).view(np.float64)
+        special = out.size > 0 and out.max() == np.inf
         smallest = 2.0 ** (self.min_exponent + 1 - self.precision)
-        out = np.maximum(power * 2.0 ** (1 - self.precision), smallest)
-        if np.isinf(power).any():  # ±inf: the spacing just below 1 (frexp's exponent 0); NaN: the smallest
+        np.maximum(np.multiply(out, 2.0 ** (1 - self.precision), out=out), smallest, out=out)
+        if special:  # ±inf: the spacing just below 1 (frexp's exponent 0); NaN: the smallest
             out = np.where(np.isnan(a), smallest, np.where(np.isinf(a), 2.0**-self.precision, out))
-        return out
+        return out[()] if out.ndim == 0 else out  # a scalar's spacing is a NumPy scalar
 
 
 FORMATS: dict[str, Format] = {

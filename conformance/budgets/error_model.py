@@ -113,7 +113,9 @@ def integers(x: np.ndarray, unit: float) -> Tracked:
 
 def _reusable(x: F64, y: F64 | float) -> bool:
     """Whether x ∘ y can be written into the float64 array x: y is a scalar or of x's shape."""
-    return isinstance(x, np.ndarray) and x.dtype == np.float64 and (np.ndim(y) == 0 or x.shape == np.shape(y))
+    if type(x) is not np.ndarray or x.dtype != np.float64:
+        return False
+    return not isinstance(y, np.ndarray) or y.ndim == 0 or x.shape == y.shape
 
 
 def _iadd(x: F64, y: F64 | float) -> F64:
@@ -212,13 +214,41 @@ def total(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
     return Tracked(v, e + _store(r, v, unit), np.sum(a.m, axis=-1, keepdims=True))
 
 
+@dataclass(frozen=True)
+class ProductSums:
+    """What :func:`matmul` bounds, over some of the contraction axis: a product whose terms come a block at a
+    time (the tokens of a loss's ∂W) adds the blocks' ProductSums and bounds their total once (:func:`product`)."""
+
+    v: F64  # a @ b
+    carried: F64  # |a| @ e(b) + e(a) @ |b|
+    absprod: F64  # |a| @ |b| (the accumulation's own roundings)
+    m: F64
+    n: int  # terms summed
+
+    def __add__(self, other: ProductSums) -> ProductSums:
+        return ProductSums(
+            self.v + other.v,
+            self.carried + other.carried,
+            self.absprod + other.absprod,
+            self.m + other.m,
+            self.n + other.n,
+        )
+
+
+def product_sums(a: Tracked, b: Tracked) -> ProductSums:
+    av, bv = np.abs(a.v), np.abs(b.v)
+    return ProductSums(a.v @ b.v, av @ b.e + a.e @ bv, av @ bv, a.m @ b.m, a.v.shape[-1])
+
+
+def product(r: Rounding, s: ProductSums, unit: float | None = None) -> Tracked:
+    """The bound :func:`matmul` gives, from the blocks' sums."""
+    e = s.carried + r.gamma(s.n) * s.absprod + 2 * s.n * r.eta_sum + _store(r, s.v, unit)
+    return Tracked(s.v, e, s.m)
+
+
 def matmul(r: Rounding, a: Tracked, b: Tracked, unit: float | None = None) -> Tracked:
     """a @ b accumulated in working precision, the result stored at ``unit``."""
-    v = a.v @ b.v
-    av, bv = np.abs(a.v), np.abs(b.v)
-    n = a.v.shape[-1]
-    e = av @ b.e + a.e @ bv + r.gamma(n) * (av @ bv) + 2 * n * r.eta_sum + _store(r, v, unit)
-    return Tracked(v, e, a.m @ b.m)
+    return product(r, product_sums(a, b), unit)
 
 
 def mean(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
@@ -227,6 +257,50 @@ def mean(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
     v = np.mean(a.v, axis=-1, keepdims=True)
     e = np.mean(a.e, axis=-1, keepdims=True) + r.gamma(n) * np.mean(np.abs(a.v), axis=-1, keepdims=True) + r.eta_sum
     return Tracked(v, e + _store(r, v, unit), np.mean(a.m, axis=-1, keepdims=True))
+
+
+@dataclass(frozen=True)
+class RowSums:
+    """What :func:`sum_rows` bounds, summed over some of the rows: a budget evaluated a block of rows at a
+    time (:func:`row_blocks`) adds the blocks' RowSums and bounds their total once (:func:`summed`)."""
+
+    v: F64  # Σ values
+    common: F64  # Σ the error parts that may be common to many terms (a worst case)
+    own: F64  # Σ the terms' own roundings
+    own_sq: F64  # Σ their squares (the root-sum-square bound)
+    absv: F64  # Σ |values| (the accumulation's own roundings)
+    m: F64
+    rows: int
+
+    def __add__(self, other: RowSums) -> RowSums:
+        return RowSums(
+            self.v + other.v,
+            self.common + other.common,
+            self.own + other.own,
+            self.own_sq + other.own_sq,
+            self.absv + other.absv,
+            self.m + other.m,
+            self.rows + other.rows,
+        )
+
+
+def row_sums(a: Tracked, shared: F64 | None = None) -> RowSums:
+    """The sums over every axis but the last of ``a`` (see :func:`sum_rows` for ``shared``)."""
+    a2v, a2e, a2m = (t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m))
+    if shared is None:
+        common, own, own_sq = a2e.sum(axis=0), np.zeros(a2v.shape[-1]), np.zeros(a2v.shape[-1])
+    else:
+        part = np.minimum(np.broadcast_to(shared, a.e.shape).reshape(a2e.shape), a2e)
+        rest = a2e - part
+        common, own, own_sq = part.sum(axis=0), rest.sum(axis=0), np.sum(rest * rest, axis=0)
+    return RowSums(a2v.sum(axis=0), common, own, own_sq, np.abs(a2v).sum(axis=0), a2m.sum(axis=0), a2v.shape[0])
+
+
+def summed(r: Rounding, s: RowSums, unit: float | None = None) -> Tracked:
+    """The bound :func:`sum_rows` gives, from the rows' sums."""
+    carried = s.common + np.minimum(s.own, LAMBDA * np.sqrt(s.own_sq))
+    e = carried + r.gamma(s.rows) * s.absv + s.rows * r.eta_sum
+    return Tracked(s.v, e + _store(r, s.v, unit), s.m)
 
 
 def sum_rows(r: Rounding, a: Tracked, unit: float | None = None, shared: F64 | None = None) -> Tracked:
@@ -238,18 +312,31 @@ def sum_rows(r: Rounding, a: Tracked, unit: float | None = None, shared: F64 | N
     probabilistic model of Higham & Mary (2019) treats as independent and mean-independent: by Hoeffding's
     inequality their sum exceeds λ·√(Σ eᵢ²) with probability below 2·exp(−λ²/2), where the worst case
     Σ eᵢ grows with the row count. The bound is the smaller of the two, so for at most λ² = 64 rows it is
-    the worst case (docs/tolerance.md, "Long reductions").
+    the worst case (docs/tolerance.md, "Long reductions"). Without ``shared`` every error is summed as a
+    worst case.
     """
-    a2v, a2e, a2m = (t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m))
-    v = a2v.sum(axis=0)
-    if shared is None:
-        carried = a2e.sum(axis=0)
-    else:
-        common = np.minimum(np.broadcast_to(shared, a.e.shape).reshape(a2e.shape), a2e)
-        own = a2e - common
-        carried = common.sum(axis=0) + np.minimum(own.sum(axis=0), LAMBDA * np.sqrt(np.sum(own * own, axis=0)))
-    e = carried + r.gamma(a2v.shape[0]) * np.abs(a2v).sum(axis=0) + a2v.shape[0] * r.eta_sum
-    return Tracked(v, e + _store(r, v, unit), a2m.sum(axis=0))
+    return summed(r, row_sums(a, shared), unit)
+
+
+#: Elements of one block when a row-wise budget is evaluated a block of rows at a time: the size regimes'
+#: arrays are millions of float64 elements, and NumPy's passes over them — a fresh array each, most of them
+#: page-faulted in — cost several times the arithmetic; a block of 2¹⁵ stays in cache.
+BLOCK_ELEMENTS = 1 << 15
+
+
+def row_blocks(rows: int, width: int) -> list[slice]:
+    """Slices of ``rows`` rows of ``width`` elements, about BLOCK_ELEMENTS each (one slice for a small case)."""
+    step = max(1, BLOCK_ELEMENTS // max(width, 1))
+    return [slice(start, start + step) for start in range(0, max(rows, 1), step)]
+
+
+def concat_rows(parts: list[Tracked], shape: tuple[int, ...]) -> Tracked:
+    """Row blocks of one result, joined and shaped as ``shape``."""
+    if len(parts) == 1:
+        (t,) = parts
+        return Tracked(t.v.reshape(shape), t.e.reshape(shape), t.m.reshape(shape), exact=t.exact)
+    v, e, m = (np.concatenate([getattr(t, k) for t in parts]).reshape(shape) for k in "vem")
+    return Tracked(v, e, m)
 
 
 def func(
@@ -318,4 +405,4 @@ def allowed_error(out: Tracked, dtype: Format) -> F64:
     final rounding to the output dtype, half an ulp of the value it rounds. That value is within ``e`` of
     the exact one, so just below a power of two it may lie in the binade above, where the ulp is twice
     as large: the half ulp is taken at |v| + e (never below the one at v: the spacing grows with |x|)."""
-    return _iadd(_imul(dtype.ulp(np.abs(out.v) + out.e), 0.5), out.e)
+    return _iadd(_imul(dtype.ulp(_iadd(np.abs(out.v), out.e)), 0.5), out.e)

@@ -79,13 +79,35 @@ def _mean_over(r: Rounding, per: Tracked, valid: np.ndarray) -> Tracked:
     return _scalar(mean)
 
 
+def _token_blocks(inputs: Inputs) -> list[slice]:
+    """The tokens a block at a time (em.row_blocks): a block's logits about em.BLOCK_ELEMENTS, and at least 16
+    tokens (each block's share of ∂W is a product as large as W)."""
+    return em.row_blocks(len(inputs["x"]), min(len(inputs["weight"]), em.BLOCK_ELEMENTS // 16))
+
+
+def _block(inputs: Inputs, tokens: slice) -> Inputs:
+    return {"x": inputs["x"][tokens], "weight": inputs["weight"], "bias": inputs["bias"]}
+
+
 def linear_cross_entropy(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
     r = rounding(OP, dtype, conv)
     valid, safe = _valid(inputs, params)
-    per = _rows_where(token_loss_t(r, logits_t(r, inputs), safe), valid)
+    losses = [token_loss_t(r, logits_t(r, _block(inputs, t)), safe[t]) for t in _token_blocks(inputs)]
+    per = _rows_where(em.concat_rows(losses, valid.shape), valid)
     if params.get("reduction", "mean") == "none":
         return per
     return _mean_over(r, per, valid)
+
+
+def _unit_softmax_grad(r: Rounding, inputs: Inputs, safe: np.ndarray) -> Tracked:
+    """softmax(u) − onehot(target) of the computed logits u of ``inputs``' tokens."""
+    u = logits_t(r, inputs)
+    shifted, log_s, mx = _parts(r, u)
+    log_p = em.widest(em.sub(r, u, em.add(r, mx, log_s)), em.sub(r, shifted, log_s))
+    p = em.exp(r, log_p, unit=r.u_work)
+    onehot = np.zeros_like(p.v)
+    np.put_along_axis(onehot, safe[..., None], 1.0, axis=-1)
+    return em.sub(r, p, em.exact(onehot), unit=r.u_work)
 
 
 def linear_cross_entropy_vjp(
@@ -93,51 +115,50 @@ def linear_cross_entropy_vjp(
 ) -> dict[str, Tracked]:
     """D = c_t·(softmax(u) − onehot) on valid rows (c_t = g_t, or g/#valid), then ∂x = D·W, ∂W = Dᵀ·x, ∂b = Σ_t D_t.
     A candidate that keeps the gradient for a unit cotangent from its forward (``grad_in_forward``) stores
-    D/g, and each of ∂x, ∂W, ∂b for it, in the input dtype before multiplying by g."""
+    D/g, and each of ∂x, ∂W, ∂b for it, in the input dtype before multiplying by g. Evaluated a block of tokens
+    at a time, ∂W and ∂b summed over all of them once."""
     r = rounding(OP, dtype, conv, grad=True)
     valid, safe = _valid(inputs, params)
-    u = logits_t(r, inputs)
-    shifted, log_s, mx = _parts(r, u)
-    log_p = em.widest(em.sub(r, u, em.add(r, mx, log_s)), em.sub(r, shifted, log_s))
-    p = em.exp(r, log_p, unit=r.u_work)
-    onehot = np.zeros_like(p.v)
-    np.put_along_axis(onehot, safe[..., None], 1.0, axis=-1)
-    q = em.sub(r, p, em.exact(onehot), unit=r.u_work)
     n = max(int(valid.sum()), 1)
     per_token = params.get("reduction", "mean") == "none"
     g = np.asarray(g64, dtype=np.float64)
-    x, w = em.exact(inputs["x"]), em.exact(inputs["weight"])
-    if OP in conv.grad_in_forward:
-        # the forward's gradient for a unit cotangent (1/#valid for the mean), stored in the input dtype,
-        # projected, stored, scaled by g; per token, the unit gradient is stored in the input dtype and the
-        # cotangent folded in before the projection, a product rounded to the input dtype again (Liger 0.8.5's
-        # grad_logits_chunk * token_grad_output: a small probability stored as a subnormal, then scaled)
-        if per_token:
+    w = em.exact(inputs["weight"])
+    in_forward = OP in conv.grad_in_forward
+    # where the projections round: to the input dtype, a unit cotangent's gradient kept from the forward
+    unit = dtype.unit_roundoff if in_forward else r.u_work
+    dx: list[Tracked] = []
+    dw: em.ProductSums | None = None
+    db: em.RowSums | None = None
+    for tokens in _token_blocks(inputs):
+        q = _unit_softmax_grad(r, _block(inputs, tokens), safe[tokens])
+        if in_forward and per_token:
+            # the unit gradient stored in the input dtype and the cotangent folded in before the projection, a
+            # product rounded to the input dtype again (Liger 0.8.5's grad_logits_chunk * token_grad_output: a
+            # small probability stored as a subnormal, then scaled)
             stored = em.store(r, q, dtype.unit_roundoff)
-            unit_d = _rows_where(em.mul(r, stored, em.exact(g[:, None]), unit=dtype.unit_roundoff), valid)
+            d = em.mul(r, stored, em.exact(g[tokens, None]), unit=dtype.unit_roundoff)
+        elif in_forward:  # the forward's gradient for a unit cotangent (1/#valid), stored in the input dtype
+            d = em.store(r, em.mul(r, q, em.const(r, 1.0 / n), unit=r.u_work), dtype.unit_roundoff)
+        elif per_token:
+            d = em.mul(r, q, em.exact(g[tokens, None]))  # ∂L/∂u, stored where intermediates are
         else:
-            mean_d = em.mul(r, q, em.const(r, 1.0 / n), unit=r.u_work)
-            unit_d = _rows_where(em.store(r, mean_d, dtype.unit_roundoff), valid)
-        grads = {
-            "x": em.matmul(r, unit_d, w, unit=dtype.unit_roundoff),
-            "weight": em.matmul(r, em.transpose(unit_d), x, unit=dtype.unit_roundoff),
-            "bias": em.sum_rows(r, unit_d, unit=dtype.unit_roundoff),
-        }
-        if per_token:
-            return grads
-        scale = em.exact(np.asarray(float(g)))
-        return {k: em.mul(r, t, scale, unit=r.u_work) for k, t in grads.items()}
-    coef = (
-        em.exact(g[:, None])
-        if per_token
-        else em.mul(r, em.exact(np.full((len(safe), 1), float(g))), em.const(r, 1.0 / n))
-    )
-    d = _rows_where(em.mul(r, q, coef), valid)  # ∂L/∂u, stored where intermediates are
-    return {
-        "x": em.matmul(r, d, w, unit=r.u_work),
-        "weight": em.matmul(r, em.transpose(d), x, unit=r.u_work),
-        "bias": em.sum_rows(r, d, unit=r.u_work),
+            coef = em.mul(r, em.exact(np.full((q.v.shape[0], 1), float(g))), em.const(r, 1.0 / n))
+            d = em.mul(r, q, coef)
+        d = _rows_where(d, valid[tokens])
+        dx.append(em.matmul(r, d, w, unit=unit))
+        block_dw = em.product_sums(em.transpose(d), em.exact(inputs["x"][tokens]))
+        dw = block_dw if dw is None else dw + block_dw
+        db = em.row_sums(d) if db is None else db + em.row_sums(d)
+    assert dw is not None and db is not None  # at least one block, if of no tokens
+    grads = {
+        "x": em.concat_rows(dx, inputs["x"].shape),
+        "weight": em.product(r, dw, unit=unit),
+        "bias": em.summed(r, db, unit=unit),
     }
+    if not in_forward or per_token:
+        return grads
+    scale = em.exact(np.asarray(float(g)))
+    return {k: em.mul(r, t, scale, unit=r.u_work) for k, t in grads.items()}
 
 
 def z_loss_mean(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:

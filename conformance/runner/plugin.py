@@ -26,6 +26,7 @@ from transformer_conformance.conformance.harness import autocast, compare, reach
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
 from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
 from transformer_conformance.conformance.runner import counterexample, expectations, profiles
+from transformer_conformance.conformance.runner.allocator import keep_freed_memory
 from transformer_conformance.reference import SEEDS
 from transformer_conformance.reference.formats import TESTED_DTYPES, Format, fmt
 
@@ -142,6 +143,7 @@ def _split(values: list[str]) -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance(id, behaviour, prop, cites, op, grad): a conformance check")
+    keep_freed_memory()  # in each process that runs checks (conformance/runner/allocator.py)
     for d in _split(config.getoption("dtype")):
         if d not in DTYPES_AND_MODES:
             raise pytest.UsageError(f"unknown dtype {d!r}; expected one of {', '.join(DTYPES_AND_MODES)}")

@@ -36,9 +36,10 @@ class Case:
 
 def fill(dtype: Format, shape: tuple[int, ...], magnitude: float, seed: int, offset: float = 0.0) -> np.ndarray:
     """Normal(offset, magnitude) values rounded to ``dtype`` (clipped to its finite range)."""
-    rng = np.random.default_rng(seed)
-    v = offset + magnitude * rng.standard_normal(shape)
-    return dtype.round(np.clip(v, -dtype.max_finite, dtype.max_finite))
+    v = np.random.default_rng(seed).standard_normal(shape)
+    v *= magnitude  # in place: a size regime fills millions of elements
+    v += offset
+    return dtype.round(np.clip(v, -dtype.max_finite, dtype.max_finite, out=v))
 
 
 @st.composite
