@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, _invoke
 from transformer_conformance.conformance.harness.marks import check
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.reference.accounting import (
     LLAMA2_7B,
     LLAMA2_70B_SHAPE,
@@ -41,9 +42,9 @@ def _params(c: ModelConfig) -> dict[str, Any]:
 
 @st.composite
 def configs(draw: st.DrawFn) -> ModelConfig:
-    kv = draw(st.sampled_from([1, 2, 4, 8]), label="kv heads")
-    heads = kv * draw(st.sampled_from([1, 1, 2, 4, 8]), label="query heads per kv head")
-    d_head = draw(st.sampled_from([2, 8, 64, 128]), label="head dim")
+    kv = draw(sampled_from([1, 2, 4, 8]), label="kv heads")
+    heads = kv * draw(sampled_from([1, 1, 2, 4, 8]), label="query heads per kv head")
+    d_head = draw(sampled_from([2, 8, 64, 128]), label="head dim")
     return ModelConfig(
         vocab=draw(st.integers(1, 300_000), label="vocab"),
         hidden=heads * d_head,

@@ -18,6 +18,7 @@ from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.attention import causal_mask
@@ -212,7 +213,7 @@ def test_kv_cache(adapter: Adapter, dtype: Format, record: Record, data: st.Data
 @given(data=st.data())
 def test_softcap_bound(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(sb.attention_case(dtype, with_softcap=False), label="case")
-    c = data.draw(st.sampled_from([0.5, 1.0, 2.0, 4.0]), label="softcap")
+    c = data.draw(sampled_from([0.5, 1.0, 2.0, 4.0]), label="softcap")
     q, k = case.inputs["q"], case.inputs["k"]
     b, h_kv, lk, _ = k.shape
     # v: one basis vector per key, so the output rows are the attention weights themselves

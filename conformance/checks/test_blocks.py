@@ -27,6 +27,7 @@ from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.blocks import PLACEMENTS
@@ -114,7 +115,7 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
 @given(data=st.data())
 def test_identity_path(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     placement = data.draw(
-        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+        sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
     )
     case = _zero_outputs(data.draw(sb.block_case(dtype, placement=placement), label="case"))
     x = case.inputs["x"]
@@ -171,7 +172,7 @@ def test_no_bias(adapter: Adapter, dtype: Format, record: Record, data: st.DataO
 @given(data=st.data())
 def test_radial_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     placement = data.draw(
-        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+        sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
     )
     case = data.draw(sb.block_case(dtype, placement=placement), label="case")
     # a serial block's second sub-block reads h, not x: zero its output (for double-norm through the post-norm's
@@ -240,9 +241,9 @@ def _another_layer(case: Case, dtype: Format, seed: int) -> Case:
 @given(data=st.data())
 def test_depth_identity_path(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     placement = data.draw(
-        st.sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
+        sampled_from(declared(adapter, "block", "placement", IDENTITY_PLACEMENTS)), label="placement"
     )
-    depth = data.draw(st.sampled_from([2, 8, 32]), label="layers")
+    depth = data.draw(sampled_from([2, 8, 32]), label="layers")
     first = _zero_outputs(data.draw(sb.block_case(dtype, placement=placement), label="layer 0"))
     seed = data.draw(cst.seeds, label="weights seed")
     layers = [first] + [_another_layer(first, dtype, seed + 16 * i) for i in range(1, depth)]

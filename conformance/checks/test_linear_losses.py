@@ -29,6 +29,7 @@ from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import linear_losses as lls
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.linear_losses import REDUCTIONS
@@ -59,7 +60,7 @@ def _cotangent(data: st.DataObject, case: Case, dtype: Any) -> np.ndarray:
     """A scalar upstream gradient for the mean; a non-uniform per-token one for reduction "none"."""
     if case.params["reduction"] == "none":
         return np.asarray(data.draw(cst.cotangent(dtype, case.inputs["targets"].shape), label="cotangent"))
-    return np.asarray(dtype.round(np.asarray(data.draw(st.sampled_from([1.0, 0.37, -2.5, 64.0]), label="g"))))
+    return np.asarray(dtype.round(np.asarray(data.draw(sampled_from([1.0, 0.37, -2.5, 64.0]), label="g"))))
 
 
 def _grads(
@@ -307,7 +308,7 @@ def test_z_mean_forward(adapter: Adapter, dtype: Any, record: Record, data: st.D
 @given(data=st.data())
 def test_z_mean_gradient(adapter: Adapter, dtype: Any, record: Record, data: st.DataObject) -> None:
     case = data.draw(lls.z_loss_mean_case(dtype), label="case")
-    g = dtype.round(np.asarray(data.draw(st.sampled_from([1.0, 0.37, -2.5, 64.0]), label="g")))
+    g = dtype.round(np.asarray(data.draw(sampled_from([1.0, 0.37, -2.5, 64.0]), label="g")))
     check_vjp(adapter, ZOP, case, g, dtype, record)
 
 

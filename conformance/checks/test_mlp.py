@@ -22,6 +22,7 @@ from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS, ffn_hidden_dim, mlp_weight_count
@@ -197,7 +198,7 @@ def test_glu_bias_free(adapter: Adapter, dtype: Format, record: Record, data: st
     _zero_maps_to_zero(adapter, dtype, record, data, gated=True)
 
 
-RATIOS = st.sampled_from([1, 2, 2.5, 3, 4, 8, 64])
+RATIOS = sampled_from([1, 2, 2.5, 3, 4, 8, 64])
 
 
 def _width(adapter: Adapter, params: dict) -> tuple[int, str]:
@@ -213,11 +214,11 @@ def _width(adapter: Adapter, params: dict) -> tuple[int, str]:
     op="ffn_hidden_dim",
 )
 @given(
-    d=st.one_of(st.integers(1, 20000), st.sampled_from([1024, 3072, 4096, 8192])),
+    d=st.one_of(st.integers(1, 20000), sampled_from([1024, 3072, 4096, 8192])),
     ratio=RATIOS,
     gated=st.booleans(),
-    multiple=st.sampled_from([1, 64, 128, 256, 4096]),
-    multiplier=st.sampled_from([None, None, 1.3, 1.5, 0.5]),
+    multiple=sampled_from([1, 64, 128, 256, 4096]),
+    multiplier=sampled_from([None, None, 1.3, 1.5, 0.5]),
 )
 @example(d=8192, ratio=4, gated=True, multiple=4096, multiplier=1.3)  # LLaMA-2 70B → 28672
 def test_hidden_width(
@@ -242,7 +243,7 @@ def test_hidden_width(
     SIZING,
     op="ffn_hidden_dim",
 )
-@given(d=st.integers(1, 20000), ratio=RATIOS, multiple=st.sampled_from([1, 64, 128, 256]))
+@given(d=st.integers(1, 20000), ratio=RATIOS, multiple=sampled_from([1, 64, 128, 256]))
 def test_parameter_parity(adapter: Adapter, record: Record, d: int, ratio: float, multiple: int) -> None:
     params = {"d": d, "base_ratio": ratio, "gated": True, "multiple_of": multiple, "ffn_dim_multiplier": None}
     h, call = _width(adapter, params)

@@ -22,6 +22,7 @@ from transformer_conformance.conformance.harness.properties import check_invaria
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import positions as pst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.positions import alibi_slopes, sinusoidal_shift
 
@@ -83,8 +84,8 @@ def _pe(
 )
 @given(data=st.data())
 def test_sinusoidal_relative_offset(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    d = 2 * data.draw(st.one_of(st.integers(1, 8), st.sampled_from([32, 64])), label="d/2")
-    base = data.draw(st.sampled_from([10000.0, 100.0]), label="base")
+    d = 2 * data.draw(st.one_of(st.integers(1, 8), sampled_from([32, 64])), label="d/2")
+    base = data.draw(sampled_from([10000.0, 100.0]), label="base")
     i = data.draw(st.one_of(st.integers(0, 64), st.integers(0, 100_000)), label="i")
     delta = data.draw(st.one_of(st.integers(1, 16), st.integers(1, 50_000)), label="δ")
     pe, allowed, call = _pe(adapter, dtype, np.array([i, i + delta], dtype=np.int64), d, base)
@@ -186,7 +187,7 @@ def test_learned_gradient(adapter: Adapter, dtype: Format, record: Record, data:
 def test_learned_beyond_table(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(pst.learned_case(dtype), label="case")
     n = case.inputs["table"].shape[0]
-    bad = data.draw(st.sampled_from([n, n + 1, 2 * n, 2 * n + 1, -1, -n, 10 * n + 3]), label="undeclared position")
+    bad = data.draw(sampled_from([n, n + 1, 2 * n, 2 * n + 1, -1, -n, 10 * n + 3]), label="undeclared position")
     pos = case.inputs["positions"].copy()
     pos[data.draw(st.integers(0, pos.size - 1), label="where")] = bad
     inputs = dict(case.inputs, positions=pos)
@@ -282,7 +283,7 @@ def test_alibi_slopes(adapter: Adapter, dtype: Format, record: Record, h: int) -
 @given(data=st.data())
 def test_alibi_translation(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(pst.alibi_case(dtype), label="case")
-    t = data.draw(st.sampled_from([1, 17, 4096, 65536]), label="t")
+    t = data.draw(sampled_from([1, 17, 4096, 65536]), label="t")
     changed = dict(case.inputs, q_positions=case.inputs["q_positions"] + t, k_positions=case.inputs["k_positions"] + t)
     check_invariance(adapter, "alibi", case, changed, dtype, record, f"positions + {t}")
 

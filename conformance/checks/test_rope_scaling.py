@@ -21,6 +21,7 @@ from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import positions as pst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import rope_scaling as rs
 from transformer_conformance.reference.formats import Format
@@ -146,7 +147,7 @@ def test_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: 
 def _after_longer_call(adapter: Adapter, dtype: Format, case: Case, data: st.DataObject) -> Iterator[None]:
     """Call rope_scaled once at positions beyond the case's (a longer sequence than the one checked inside
     the block); a failure inside says so."""
-    beyond = data.draw(st.sampled_from([1, 17, 4096, 50_000]), label="longer call beyond by")
+    beyond = data.draw(sampled_from([1, 17, 4096, 50_000]), label="longer call beyond by")
     longer = case.inputs["positions"] + beyond
     run(adapter, "rope_scaled", dict(case.inputs, positions=longer), case.params, dtype, case.inputs["x"].shape)
     try:
@@ -199,7 +200,7 @@ def test_dynamic_gradient(adapter: Adapter, dtype: Format, record: Record, data:
 @given(data=st.data())
 def test_linear_is_interpolation(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case: Case = data.draw(_case(adapter, dtype, ("linear",)), label="case")
-    s = data.draw(st.sampled_from([2, 4, 8, 16]), label="s")
+    s = data.draw(sampled_from([2, 4, 8, 16]), label="s")
     params = dict(case.params, scaling={"type": "linear", "factor": float(s)})
     plain = dict(case.params, scaling=None)
     pos = case.inputs["positions"]
@@ -236,7 +237,7 @@ def _dynamic_plain_after_longer(
     short = np.sort(rng.integers(0, original - 1, size=t)).astype(np.int64)  # n = max + 1 ≤ L − 1
     if at_trained_length:
         short[-1] = original - 1  # n = L: the last length that is still plain RoPE
-    long = short + data.draw(st.sampled_from([original, 3 * original, 50_000]), label="beyond by")
+    long = short + data.draw(sampled_from([original, 3 * original, 50_000]), label="beyond by")
     plain = dict(case.params, scaling=None)
     inputs = dict(case.inputs, positions=short)
     n = f"n = {int(short.max()) + 1}, L = {original}"
@@ -296,7 +297,7 @@ BANDED = ("yarn", "llama3")
 @given(data=st.data())
 def test_longrope_boundary(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(_case(adapter, dtype, ("longrope",)), label="case")
-    last = case.params["scaling"]["original_max_position_embeddings"] - 1 + data.draw(st.sampled_from([0, 1]))
+    last = case.params["scaling"]["original_max_position_embeddings"] - 1 + data.draw(sampled_from([0, 1]))
     t = case.inputs["x"].shape[-2]
     positions = np.arange(last - t + 1, last + 1, dtype=np.int64)
     check_forward(adapter, "rope_scaled", Case(dict(case.inputs, positions=positions), case.params), dtype, record)
@@ -320,7 +321,7 @@ def _pair_mask(rd: int, d: int, layout: str, pairs: np.ndarray) -> np.ndarray:
 )
 @given(data=st.data())
 def test_bands(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    kind = data.draw(st.sampled_from(declared(adapter, "rope_scaled", RULE, BANDED)), label="rule")
+    kind = data.draw(sampled_from(declared(adapter, "rope_scaled", RULE, BANDED)), label="rule")
     case: Case = data.draw(_case(adapter, dtype, (kind,)), label="case")
     d = case.inputs["x"].shape[-1]
     rd = case.params["rotary_dim"] or d

@@ -15,6 +15,7 @@ from transformer_conformance.conformance.harness.compare import CheckFailure, Re
 from transformer_conformance.conformance.harness.marks import check
 from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import sizes
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.swiglu import mlp_param_count, swiglu_hidden_dim
 
@@ -43,9 +44,9 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "swiglu/hidden-width", "swiglu", "hidden width is ⌊8d/3⌋ rounded up to the multiple", SIZING, op="swiglu_hidden_dim"
 )
 @given(
-    d=st.one_of(st.integers(1, 20000), st.sampled_from([4096, 8192])),
-    multiple=st.sampled_from([1, 64, 128, 256]),
-    multiplier=st.sampled_from([None, None, None, 1.3, 0.5]),
+    d=st.one_of(st.integers(1, 20000), sampled_from([4096, 8192])),
+    multiple=sampled_from([1, 64, 128, 256]),
+    multiplier=sampled_from([None, None, None, 1.3, 0.5]),
 )
 def test_hidden_width(adapter: Adapter, record: Record, d: int, multiple: int, multiplier: float | None) -> None:
     from transformer_conformance.conformance.harness.compare import _invoke
@@ -72,7 +73,7 @@ def test_hidden_width(adapter: Adapter, record: Record, d: int, multiple: int, m
     SIZING,
     op="swiglu_hidden_dim",
 )
-@given(d=st.integers(1, 20000), multiple=st.sampled_from([1, 64, 128, 256]))
+@given(d=st.integers(1, 20000), multiple=sampled_from([1, 64, 128, 256]))
 def test_parameter_parity(adapter: Adapter, record: Record, d: int, multiple: int) -> None:
     from transformer_conformance.conformance.harness.compare import _invoke
 

@@ -206,7 +206,7 @@ def compare(
         fits = room > 0
         beyond = float(np.max(np.where(fits, (e_over - h_over) / np.where(fits, room, 1.0), used[over])))
     record.observe(float(ulps.max()), most, where, beyond)
-    if along is not None:
+    if along is not None and budget_ulps is not None:
         record.observe_along(along, what, ulps, budget_ulps)
     target(most, label=f"{what} error / budget{_TARGET_SUFFIX[-1] if _TARGET_SUFFIX else ''}")
     if most > 1.0:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
 from transformer_conformance.reference.blocks import PLACEMENTS
 from transformer_conformance.reference.formats import Format
@@ -31,7 +32,7 @@ def attention_case(
     L_q ≤ L_k, and ``fewer_queries`` forces L_q < L_k (where the two causal alignments differ)."""
     b = draw(st.integers(1, 2), label="B")
     h_kv = draw(st.integers(1, 2), label="H_kv")
-    groups = draw(st.sampled_from([1, 2, 3]), label="query heads per KV head")
+    groups = draw(sampled_from([1, 2, 3]), label="query heads per KV head")
     is_causal = draw(st.booleans(), label="causal") if causal is None else causal
     lk = draw(st.integers(2 if fewer_queries else 1, 7), label="L_k")
     if fewer_queries:
@@ -40,15 +41,15 @@ def attention_case(
         lq = draw(st.integers(1, lk), label="L_q")
     else:
         lq = draw(st.integers(1, 7), label="L_q")
-    d = draw(st.sampled_from([2, 4, 6, 8, 16] if even_d else [1, 2, 3, 4, 8, 16]), label="D")
-    dv = draw(st.sampled_from([1, 3, 4]), label="D_v")
+    d = draw(sampled_from([2, 4, 6, 8, 16] if even_d else [1, 2, 3, 4, 8, 16]), label="D")
+    dv = draw(sampled_from([1, 3, 4]), label="D_v")
     # |q|, |k| up to 2^3: logits up to ~64·√D, a softmax peaked to one key; or 2^7 … 2^8: logits beyond the
     # 2^17 where a masked score filled with −1e4 or −65504 rather than −∞ is no longer negligible
     # (not in float16, where the input dtype's own q·k overflows at 2^8: its near-overflow logits come from 2^3)
     big = magnitudes(7, 8) if dtype.name != "float16" and large else magnitudes(-3, 3)
     mag = draw(st.one_of(magnitudes(-3, 3), big), label="|q|, |k|")
-    softcap = draw(st.sampled_from([None, None, 50.0, 5.0, 1.0]), label="softcap") if with_softcap else None
-    scale = draw(st.sampled_from([None, None, None, 0.125, 1.0]), label="scale")
+    softcap = draw(sampled_from([None, None, 50.0, 5.0, 1.0]), label="softcap") if with_softcap else None
+    scale = draw(sampled_from([None, None, None, 0.125, 1.0]), label="scale")
     seed = draw(seeds, label="seed")
     inputs = {
         "q": fill(dtype, (b, h_kv * groups, lq, d), mag, seed),
@@ -67,7 +68,7 @@ def qk_norm_case(draw: st.DrawFn, dtype: Format) -> Case:
     inputs = dict(case.inputs)
     inputs["q_weight"] = fill(dtype, (d,), 0.5, seed, offset=1.0)
     inputs["k_weight"] = fill(dtype, (d,), 0.5, seed + 1, offset=1.0)
-    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    eps = draw(sampled_from([1e-6, 1e-5]), label="eps")
     params = {"causal": case.params["causal"], "softcap": case.params["softcap"], "eps": eps}
     return Case(inputs, params, case.about)
 
@@ -83,7 +84,7 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
     lq, lk = case.inputs["q"].shape[2], case.inputs["k"].shape[2]
     pos_k = draw(positions(lk, below_2_24=True), label="key positions")
     pos_q = pos_k[lk - lq :] if lq <= lk else np.arange(pos_k[0], pos_k[0] + lq, dtype=np.int64)
-    base = draw(st.sampled_from([10000.0, 500000.0]), label="base")
+    base = draw(sampled_from([10000.0, 500000.0]), label="base")
     inputs = dict(case.inputs, q_positions=pos_q.copy(), k_positions=pos_k)
     params = {"causal": case.params["causal"], "softcap": case.params["softcap"], "base": base}
     return Case(inputs, params, case.about)
@@ -93,10 +94,10 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
 def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...] | None = None) -> Case:
     """An MLP (``gated``: a GLU) case with an activation among ``activations`` (default: all the contract names)."""
     names = activations or (GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS)
-    act = draw(st.sampled_from(names), label="activation")
+    act = draw(sampled_from(names), label="activation")
     d = draw(st.integers(1, 24), label="d")
     h = draw(st.integers(1, 40), label="h")
-    lead = draw(st.sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
+    lead = draw(sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
     seed = draw(seeds, label="seed")
     # |x| up to 2^5 (2^4 in float16, where x·w or the gated product then comes within 8 binades of overflow): GELU
     # tails at x·w ≈ −10, squared ReLU and the gate grow like |x|²
@@ -121,11 +122,11 @@ def block_case(
     """A tiny block: d ≤ 8, one or two KV heads with one to three query heads each, T ≤ 4, weights at
     N(0, 1/fan_in), norm weights near 1; the stream at |x| from 2^-4 to 2^6. ``placement`` fixed, or drawn from
     ``placements``."""
-    pl = draw(st.sampled_from(placements), label="placement") if placement is None else placement
+    pl = draw(sampled_from(placements), label="placement") if placement is None else placement
     h_kv = draw(st.integers(1, 2), label="H_kv")
     groups = draw(st.integers(1, 3), label="query heads per KV head")
     hd = 2 * draw(st.integers(1, 2), label="D/2")
-    d = draw(st.sampled_from([4, 6, 8]), label="d")
+    d = draw(sampled_from([4, 6, 8]), label="d")
     t = draw(st.integers(1, 4), label="T")
     hidden = draw(st.integers(1, 12), label="h")
     seed = draw(seeds, label="seed")
@@ -133,7 +134,7 @@ def block_case(
     hq = h_kv * groups
     # positions to just past bfloat16's 4096 edge: RoPE at long context is rope/* and rope-attention/*'s subject; here
     # float32 angles at 10⁵ would leave a post-norm block's unnormalised logits undetermined
-    start = draw(st.sampled_from([0, 1, 2000, 4090]), label="first position")
+    start = draw(sampled_from([0, 1, 2000, 4090]), label="first position")
 
     def w(shape: tuple[int, int], k: int, scale: float = 1.0) -> np.ndarray:
         return fill(dtype, shape, scale * shape[0] ** -0.5, seed + k)
@@ -158,8 +159,8 @@ def block_case(
         "placement": pl,
         "n_heads": hq,
         "n_kv_heads": h_kv,
-        "eps": draw(st.sampled_from([1e-6, 1e-5]), label="eps"),
-        "base": draw(st.sampled_from([10000.0, 10000.0, 500000.0]), label="base"),
+        "eps": draw(sampled_from([1e-6, 1e-5]), label="eps"),
+        "base": draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base"),
     }
     return Case(inputs, params, {"|x|": mag, "seed": seed})
 
@@ -176,4 +177,4 @@ def lm_head_case(draw: st.DrawFn, dtype: Format) -> Case:
         "norm_weight": fill(dtype, (d,), 0.2, seed + 1, offset=1.0),
         "w_head": fill(dtype, (d, vocab), d**-0.5, seed + 2),
     }
-    return Case(inputs, {"eps": draw(st.sampled_from([1e-6, 1e-5]), label="eps")}, {"|x|": mag, "seed": seed})
+    return Case(inputs, {"eps": draw(sampled_from([1e-6, 1e-5]), label="eps")}, {"|x|": mag, "seed": seed})

@@ -15,10 +15,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from transformer_conformance.conformance.harness.autocast import autocast_dtype
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.reference.formats import Format
 
 #: Odd and power-of-two feature widths: odd widths catch vectorisation tails, large ones long reductions.
-WIDTHS = st.one_of(st.integers(1, 48), st.sampled_from([63, 64, 127, 128, 255, 256, 1024, 4096]))
+WIDTHS = st.one_of(st.integers(1, 48), sampled_from([63, 64, 127, 128, 255, 256, 1024, 4096]))
 
 
 @dataclass
@@ -78,12 +79,12 @@ def norm_case(draw: st.DrawFn, dtype: Format, with_bias: bool) -> Case:
     rows = draw(st.integers(1, 4), label="rows")
     n = draw(WIDTHS, label="n")
     mag = draw(norm_magnitudes(dtype), label="|x|")
-    offset = draw(st.sampled_from([0.0, 0.0, 1.0, -3.0, FAR_OFFSET]), label="offset") * mag
+    offset = draw(sampled_from([0.0, 0.0, 1.0, -3.0, FAR_OFFSET]), label="offset") * mag
     seed = draw(seeds, label="seed")
-    eps = draw(st.sampled_from([1e-6, 1e-5, 1e-8, None]), label="eps")
+    eps = draw(sampled_from([1e-6, 1e-5, 1e-8, None]), label="eps")
     # γ near 1 at three spreads, or centred where the dtype's spacing is 2
-    centre = draw(st.sampled_from([1.0, 1.0, 1.0, coarse_weight(dtype)]), label="weight centre")
-    spread = draw(st.sampled_from([0.5, 1.0, 2.0]), label="weight spread") * (1.0 if centre == 1.0 else 0.1 * centre)
+    centre = draw(sampled_from([1.0, 1.0, 1.0, coarse_weight(dtype)]), label="weight centre")
+    spread = draw(sampled_from([0.5, 1.0, 2.0]), label="weight spread") * (1.0 if centre == 1.0 else 0.1 * centre)
     inputs = {
         "x": fill(dtype, (rows, n), mag, seed, offset),
         "weight": fill(dtype, (n,), spread, seed + 1, offset=centre),
@@ -113,20 +114,20 @@ def positions(draw: st.DrawFn, t: int, long: bool = False, below_2_24: bool = Fa
     starts = LONG_STARTS if long else [0, 1, 2000, 4090, 8191, 30000, 99_990, 131_075, 2**24 - 1, 131_075, 2**24 - 1]
     if below_2_24:
         starts = [s for s in starts if s < 2**24 - 64]
-    start = draw(st.sampled_from(starts), label="first position")
+    start = draw(sampled_from(starts), label="first position")
     stride = draw(st.integers(1, 7), label="stride")
     return np.arange(start, start + stride * t, stride, dtype=np.int64)
 
 
 @st.composite
 def rope_case(draw: st.DrawFn, dtype: Format) -> Case:
-    half = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 32, 64])), label="d/2")
+    half = draw(st.one_of(st.integers(1, 8), sampled_from([16, 32, 64])), label="d/2")
     d = 2 * half
     rotary_dim = draw(st.one_of(st.none(), st.integers(1, half).map(lambda k: 2 * k)), label="rotary_dim")
     t = draw(st.integers(1, 6), label="T")
     heads = draw(st.integers(1, 3), label="heads")
     seed = draw(seeds, label="seed")
-    base = draw(st.sampled_from([10000.0, 10000.0, 500000.0, 100.0]), label="base")
+    base = draw(sampled_from([10000.0, 10000.0, 500000.0, 100.0]), label="base")
     x = fill(dtype, (heads, t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
     pos = draw(positions(t, long_positions(dtype)))
     return Case({"x": x, "positions": pos}, {"base": base, "rotary_dim": rotary_dim}, {"seed": seed})
@@ -136,7 +137,7 @@ def rope_case(draw: st.DrawFn, dtype: Format) -> Case:
 def swiglu_case(draw: st.DrawFn, dtype: Format) -> Case:
     d = draw(st.integers(1, 40), label="d")
     h = draw(st.integers(1, 72), label="h")
-    lead = draw(st.sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
+    lead = draw(sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
     seed = draw(seeds, label="seed")
     # |x| up to 2^5: the gated product grows like |x|², and float16 intermediates must stay finite
     mag = draw(magnitudes(-3, 5 if dtype.name == "float16" else 8), label="|x|")
@@ -152,20 +153,20 @@ def swiglu_case(draw: st.DrawFn, dtype: Format) -> Case:
 @st.composite
 def logits_case(draw: st.DrawFn, dtype: Format, with_targets: bool) -> Case:
     n = draw(st.integers(1, 4), label="tokens")
-    v = draw(st.one_of(st.integers(2, 40), st.sampled_from([255, 1000, 4099])), label="vocab")
+    v = draw(st.one_of(st.integers(2, 40), sampled_from([255, 1000, 4099])), label="vocab")
     seed = draw(seeds, label="seed")
-    spread = draw(st.sampled_from([0.5, 2.0, 8.0]), label="spread")
+    spread = draw(sampled_from([0.5, 2.0, 8.0]), label="spread")
     # far from zero: a common offset FAR_OFFSET times the spread, or (float16) within 8 binades of overflow; in
     # float32 and bfloat16 that is 10^36, beyond what the losses' error model bounds
     # (z-loss: α·z² is finite there, but z² formed in float16 overflows once |z| > 256)
     far = -near_overflow(dtype) if dtype.name == "float16" else -1000.0
-    shift = draw(st.sampled_from([0.0, 0.0, 30.0, -50.0, FAR_OFFSET, far]), label="shift")
+    shift = draw(sampled_from([0.0, 0.0, 30.0, -50.0, FAR_OFFSET, far]), label="shift")
     if shift == FAR_OFFSET:
         shift *= spread
     logits = fill(dtype, (n, v), spread, seed, offset=shift)
     rng = np.random.default_rng(seed + 1)
     targets = rng.integers(0, v, size=n)
-    confident = draw(st.sampled_from([0.0, 0.0, 20.0, 60.0]), label="confidence")
+    confident = draw(sampled_from([0.0, 0.0, 20.0, 60.0]), label="confidence")
     if confident:
         # a large margin on the target: p(target) near 1, the loss near 0
         f = logits.astype(np.float64)
@@ -176,7 +177,7 @@ def logits_case(draw: st.DrawFn, dtype: Format, with_targets: bool) -> Case:
     if with_targets:
         inputs["targets"] = targets.astype(np.int64)
     else:
-        params["alpha"] = draw(st.sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
+        params["alpha"] = draw(sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
         inputs["logits"], shift = z_in_range(logits, params["alpha"], dtype, shift)
     return Case(inputs, params, {"spread": spread, "shift": shift, "confidence": confident, "seed": seed})
 
@@ -198,4 +199,4 @@ def z_in_range(logits: np.ndarray, alpha: float, dtype: Format, shift: float) ->
 @st.composite
 def cotangent(draw: st.DrawFn, dtype: Format, shape: tuple[int, ...]) -> np.ndarray:
     """A non-uniform upstream gradient of the output's shape."""
-    return fill(dtype, shape, draw(st.sampled_from([1.0, 0.01, 64.0]), label="|g|"), draw(seeds, label="g seed"))
+    return fill(dtype, shape, draw(sampled_from([1.0, 0.01, 64.0]), label="|g|"), draw(seeds, label="g seed"))

@@ -10,20 +10,21 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, seeds, z_in_range
 from transformer_conformance.conformance.strategies.losses import ignored_case
 from transformer_conformance.reference.formats import Format
 
 HIDDEN = (1, 2, 8, 16, 64)
-VOCAB = st.one_of(st.integers(2, 40), st.sampled_from([255, 1000, 2053]))
+VOCAB = st.one_of(st.integers(2, 40), sampled_from([255, 1000, 2053]))
 
 
 def ignore(draw: st.DrawFn, targets: np.ndarray, v: int, *, keep_one: bool = True) -> tuple[np.ndarray, int, int]:
     """Targets with a drawn fraction ignored (at least one kept with ``keep_one``): (targets, ignore_index,
     how many ignored). A real target equal to ignore_index is moved to the next class."""
     n = len(targets)
-    ignore_index = draw(st.sampled_from([-100, -100, 0, v - 1]) if v > 1 else st.just(-100), label="ignore_index")
-    fraction = draw(st.sampled_from([0.0, 0.3, 0.7]), label="ignored fraction")
+    ignore_index = draw(sampled_from([-100, -100, 0, v - 1]) if v > 1 else st.just(-100), label="ignore_index")
+    fraction = draw(sampled_from([0.0, 0.3, 0.7]), label="ignored fraction")
     ignored = np.asarray(np.random.default_rng(draw(seeds, label="mask seed")).random(n) < fraction)
     if keep_one:
         ignored[draw(st.integers(0, n - 1), label="kept token")] = False
@@ -37,19 +38,19 @@ def linear_ce_case(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...], 
     an offset of 0, +30 or −50 (the bias), sometimes one confident row. ``exact``: small integers scaled by a
     power of two, so that x·Wᵀ + b is exact in the dtype (|u| ≤ 60·4)."""
     n = draw(st.integers(1, 6), label="tokens")
-    h = draw(st.sampled_from(HIDDEN[:3] if exact else HIDDEN), label="hidden")
+    h = draw(sampled_from(HIDDEN[:3] if exact else HIDDEN), label="hidden")
     v = draw(VOCAB, label="vocab")
     seed = draw(seeds, label="seed")
     rng = np.random.default_rng(seed)
     if exact:
-        scale = 2.0 ** draw(st.sampled_from([-2, 0, 2]), label="scale")
+        scale = 2.0 ** draw(sampled_from([-2, 0, 2]), label="scale")
         x = dtype.round(rng.integers(-3, 4, size=(n, h)).astype(np.float64))
         w = dtype.round(scale * rng.integers(-2, 3, size=(v, h)).astype(np.float64))
         b = dtype.round(scale * rng.integers(-8, 9, size=v).astype(np.float64))
         about: dict[str, Any] = {"seed": seed, "exact": True, "scale": scale}
     else:
-        spread = draw(st.sampled_from([1.0, 4.0, 16.0]), label="logit spread")
-        offset = draw(st.sampled_from([0.0, 0.0, 30.0, -50.0]), label="logit offset")
+        spread = draw(sampled_from([1.0, 4.0, 16.0]), label="logit spread")
+        offset = draw(sampled_from([0.0, 0.0, 30.0, -50.0]), label="logit offset")
         x = fill(dtype, (n, h), 1.0, seed)
         w = fill(dtype, (v, h), spread / np.sqrt(h), seed + 1)
         b = fill(dtype, (v,), 1.0, seed + 2, offset=offset)
@@ -61,7 +62,7 @@ def linear_ce_case(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...], 
         b[targets[0]] = float(np.max(b)) + 4.0 * about["spread"] + 20.0
         b = dtype.round(b)
     targets, ignore_index, n_ignored = ignore(draw, targets, v)
-    reduction = draw(st.sampled_from(reductions), label="reduction")
+    reduction = draw(sampled_from(reductions), label="reduction")
     about |= {"ignored": n_ignored}
     return Case(
         {"x": x, "weight": w, "bias": b, "targets": targets},
@@ -74,7 +75,7 @@ def linear_ce_case(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...], 
 def z_loss_mean_case(draw: st.DrawFn, dtype: Format) -> Case:
     """ignored_case's logits and targets (some ignored, at least one kept) with α 10⁻⁴, 10⁻³ or 0.1."""
     case: Case = draw(ignored_case(dtype), label="case")
-    alpha = draw(st.sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
+    alpha = draw(sampled_from([1e-4, 1e-4, 1e-3, 0.1]), label="alpha")
     case.params = {"alpha": alpha, "ignore_index": case.params.get("ignore_index", -100)}
     case.inputs["logits"], shift = z_in_range(case.inputs["logits"], alpha, dtype, float(case.about.get("shift", 0.0)))
     case.about["shift"] = shift

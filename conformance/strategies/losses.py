@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import FAR_OFFSET, Case, fill, logits_case, seeds
 from transformer_conformance.reference.formats import Format
 
@@ -22,9 +23,9 @@ def ignored_case(draw: st.DrawFn, dtype: Format) -> Case:
         more = np.random.default_rng(case.about["seed"] + 8).integers(0, v, size=extra)
         case.inputs["targets"] = np.concatenate([case.inputs["targets"], more]).astype(np.int64)
         n += extra
-    ignore_index = draw(st.sampled_from([-100, -100, 0, v - 1]), label="ignore_index")
+    ignore_index = draw(sampled_from([-100, -100, 0, v - 1]), label="ignore_index")
     targets = case.inputs["targets"]
-    fraction = draw(st.sampled_from([0.0, 0.3, 0.7]), label="ignored fraction")
+    fraction = draw(sampled_from([0.0, 0.3, 0.7]), label="ignored fraction")
     ignored = np.asarray(np.random.default_rng(draw(seeds, label="mask seed")).random(n) < fraction)
     keep = draw(st.integers(0, n - 1), label="kept token")
     ignored[keep] = False
@@ -42,14 +43,14 @@ def ignored_case(draw: st.DrawFn, dtype: Format) -> Case:
 @st.composite
 def softcap_case(draw: st.DrawFn, dtype: Format) -> Case:
     """Logits of spread up to ~4c: the tanh's linear part, its knee and its saturation."""
-    cap = draw(st.sampled_from([30.0, 50.0, 5.0]), label="cap")
+    cap = draw(sampled_from([30.0, 50.0, 5.0]), label="cap")
     n = draw(st.integers(1, 4), label="tokens")
-    v = draw(st.one_of(st.integers(2, 40), st.sampled_from([255, 1000])), label="vocab")
+    v = draw(st.one_of(st.integers(2, 40), sampled_from([255, 1000])), label="vocab")
     seed = draw(seeds, label="seed")
-    spread = draw(st.sampled_from([0.5, 0.3, 1.0, 4.0]), label="spread / cap") * cap
-    shift = draw(st.sampled_from([0.0, 0.0, 1.0, -2.0, None]), label="shift / cap")
+    spread = draw(sampled_from([0.5, 0.3, 1.0, 4.0]), label="spread / cap") * cap
+    shift = draw(sampled_from([0.0, 0.0, 1.0, -2.0, None]), label="shift / cap")
     # None: a common offset FAR_OFFSET times the spread (deep in the saturation)
     shift = FAR_OFFSET * spread if shift is None else shift * cap
-    alpha = draw(st.sampled_from([1e-4, 1e-4, 1e-2]), label="alpha")
+    alpha = draw(sampled_from([1e-4, 1e-4, 1e-2]), label="alpha")
     logits = fill(dtype, (n, v), spread, seed, offset=shift)
     return Case({"logits": logits}, {"alpha": alpha, "cap": cap}, {"seed": seed, "spread": spread})

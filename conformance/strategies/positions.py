@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import (
     Case,
     fill,
@@ -20,17 +21,17 @@ from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
 #: Head counts: powers of two (the geometric rule) and the others (the interpolated rule), 1 and 64 included.
-HEADS = st.one_of(st.integers(1, 16), st.sampled_from([20, 24, 40, 64]))
+HEADS = st.one_of(st.integers(1, 16), sampled_from([20, 24, 40, 64]))
 
 
 @st.composite
 def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
-    d = 2 * draw(st.one_of(st.integers(1, 8), st.sampled_from([32, 64, 256])), label="d/2")
+    d = 2 * draw(st.one_of(st.integers(1, 8), sampled_from([32, 64, 256])), label="d/2")
     t = draw(st.integers(1, 6), label="T")
     seed = draw(seeds, label="seed")
     mag = draw(st.one_of(st.just(0.0), magnitudes(-6, 4)), label="|x|")
     x = fill(dtype, (draw(st.integers(1, 2), label="batch"), t, d), mag, seed)
-    base = draw(st.sampled_from([10000.0, 10000.0, 100.0, 500000.0]), label="base")
+    base = draw(sampled_from([10000.0, 10000.0, 100.0, 500000.0]), label="base")
     pos = draw(positions(t, long_positions(dtype)))
     return Case({"x": x, "positions": pos}, {"base": base}, {"|x|": mag, "seed": seed})
 
@@ -38,11 +39,11 @@ def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
 @st.composite
 def learned_case(draw: st.DrawFn, dtype: Format) -> Case:
     """A table of L rows and T in-range positions, repeats likely (a repeated position's gradient adds up)."""
-    n = draw(st.one_of(st.integers(1, 16), st.sampled_from([512, 2048])), label="L")
+    n = draw(st.one_of(st.integers(1, 16), sampled_from([512, 2048])), label="L")
     d = draw(st.integers(1, 48), label="d")
     seed = draw(seeds, label="seed")
     t = draw(st.integers(1, 12), label="T")
-    pos = np.random.default_rng(seed).integers(0, min(n, draw(st.sampled_from([2, 4, n]), label="distinct")), size=t)
+    pos = np.random.default_rng(seed).integers(0, min(n, draw(sampled_from([2, 4, n]), label="distinct")), size=t)
     if draw(st.booleans(), label="last row"):
         pos[-1] = n - 1  # the largest defined position, L − 1
     table = fill(dtype, (n, d), draw(magnitudes(-4, 4), label="|table|"), seed + 1)
@@ -54,8 +55,8 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
     h = draw(HEADS, label="H")
     tq, tk = draw(st.integers(1, 5), label="Tq"), draw(st.integers(1, 6), label="Tk")
     seed = draw(seeds, label="seed")
-    start = draw(st.sampled_from([0, 0, 7, 4090, 30000, 70_000]), label="first position")
-    qp = start + np.sort(np.random.default_rng(seed).integers(0, draw(st.sampled_from([8, 64, 5000])), size=tq))
+    start = draw(sampled_from([0, 0, 7, 4090, 30000, 70_000]), label="first position")
+    qp = start + np.sort(np.random.default_rng(seed).integers(0, draw(sampled_from([8, 64, 5000])), size=tq))
     kp = start + np.arange(tk, dtype=np.int64) * draw(st.integers(1, 9), label="key stride")
     # up to 2^9: within 8 binades of float16's overflow
     mag = draw(st.one_of(st.just(0.0), magnitudes(-4, 5), magnitudes(8, 9)), label="|scores|")
@@ -71,20 +72,20 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
 def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64) -> dict[str, Any]:
     """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192 and
     the 128k of current models."""
-    kind = draw(st.sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
-    factor = draw(st.sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
-    original = draw(st.sampled_from([16, 64, 2048, 4096, 8192, 131_072]), label="trained length")
+    kind = draw(sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
+    factor = draw(sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
+    original = draw(sampled_from([16, 64, 2048, 4096, 8192, 131_072]), label="trained length")
     params: dict[str, Any] = {"type": kind, "factor": factor}
     if kind in ("dynamic", "yarn", "llama3"):
         params["original_max_position_embeddings"] = original
     if kind == "yarn":  # the defaults (32, 1) passed explicitly, or others
         params |= {
-            "beta_fast": draw(st.sampled_from([32, 16, 64]), label="beta_fast"),
-            "beta_slow": draw(st.sampled_from([1, 2, 2]), label="beta_slow"),
+            "beta_fast": draw(sampled_from([32, 16, 64]), label="beta_fast"),
+            "beta_slow": draw(sampled_from([1, 2, 2]), label="beta_slow"),
         }
     if kind == "llama3":
         # Llama 3.1's (1, 4) and others (low < high)
-        low, high = draw(st.sampled_from([(0.5, 2.0), (1.0, 4.0), (1.5, 8.0), (1.0, 2.0)]), label="low, high factors")
+        low, high = draw(sampled_from([(0.5, 2.0), (1.0, 4.0), (1.5, 8.0), (1.0, 2.0)]), label="low, high factors")
         params |= {"low_freq_factor": low, "high_freq_factor": high}
     if kind == "longrope":
         # as Phi-3's: short factors near 1, long factors rising from 1 towards the low frequencies
@@ -100,12 +101,12 @@ def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim:
 
 @st.composite
 def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SCALING_TYPES) -> Case:
-    half = draw(st.one_of(st.integers(2, 8), st.sampled_from([16, 32, 64])), label="d/2")
+    half = draw(st.one_of(st.integers(2, 8), sampled_from([16, 32, 64])), label="d/2")
     d = 2 * half
     rotary_dim = draw(st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)), label="rotary_dim")
     t = draw(st.integers(1, 5), label="T")
     seed = draw(seeds, label="seed")
-    base = draw(st.sampled_from([10000.0, 10000.0, 500000.0]), label="base")
+    base = draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base")
     x = fill(dtype, (draw(st.integers(1, 2), label="heads"), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
     rule = draw(scaling(kinds, rotary_dim or d))
     return Case(

@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
+from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, seeds
 from transformer_conformance.conformance.strategies.positions import scaling
 from transformer_conformance.reference.formats import Format
@@ -77,8 +78,8 @@ IGNORED = 0.25
 def norm_cases(draw: st.DrawFn, dtype: Format, with_bias: bool) -> list[Case]:
     """One case per norm regime: 32,768 rows (plus 0–15, a partial last block) × 64, and 2 × 8192."""
     seed = draw(seeds, label="seed")
-    extra = draw(st.sampled_from([0, 7, 15]), label="rows past 32,768")
-    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    extra = draw(sampled_from([0, 7, 15]), label="rows past 32,768")
+    eps = draw(sampled_from([1e-6, 1e-5]), label="eps")
     cases = []
     for k, (rows, n) in enumerate(((MANY_ROWS[0] + extra, MANY_ROWS[1]), LONG_ROWS)):
         s = seed + 16 * k
@@ -124,7 +125,7 @@ def attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
 @st.composite
 def qk_norm_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """The attention regimes with RMSNorm on q and k over the head (γ near 1, ε drawn)."""
-    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    eps = draw(sampled_from([1e-6, 1e-5]), label="eps")
     cases = []
     for c in draw(attention_cases(dtype)):
         s, d = c.about["seed"], c.inputs["q"].shape[-1]
@@ -137,7 +138,7 @@ def qk_norm_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
 def rope_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """The attention regimes with RoPE on q and k, the keys ending at a drawn position (past 131,000: beyond
     every trained length drawn) and the queries the last of them."""
-    end = KEYS_END + draw(st.sampled_from(ROPE_SCALED_STARTS), label="first position")
+    end = KEYS_END + draw(sampled_from(ROPE_SCALED_STARTS), label="first position")
     cases = []
     for c in draw(attention_cases(dtype)):
         lq, lk = c.inputs["q"].shape[-2], c.inputs["k"].shape[-2]
@@ -151,7 +152,7 @@ def rope_attention_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
 def rope_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """32 heads × 300 positions × 128 features, from a drawn first position."""
     seed = draw(seeds, label="seed")
-    start = draw(st.sampled_from([0, 4090, 30000]), label="first position")
+    start = draw(sampled_from([0, 4090, 30000]), label="first position")
     heads, t, d = ROPE
     x = fill(dtype, (heads, t, d), 1.0, seed)
     pos = np.arange(start, start + t, dtype=np.int64)
@@ -191,7 +192,7 @@ def token_mean_cases(draw: st.DrawFn, dtype: Format, op: str) -> list[Case]:
     """``cross_entropy_mean`` or ``z_loss_mean`` (α 10⁻⁴) over 16,384 (+0–15) tokens of a 32-class vocabulary,
     a quarter ignored, and over two tokens of a 131,072-class one."""
     seed = draw(seeds, label="seed")
-    extra = draw(st.sampled_from([0, 7, 15]), label="tokens past 16,384")
+    extra = draw(sampled_from([0, 7, 15]), label="tokens past 16,384")
     cases = []
     for k, (n, v) in enumerate(((MANY_TOKENS[0] + extra, MANY_TOKENS[1]), (2, VOCAB))):
         s = seed + 16 * k
@@ -207,8 +208,8 @@ def linear_ce_cases(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...])
     """The fused LM-head loss over 2048 (+0–15) tokens, hidden 64, vocabulary 1024, a quarter ignored, and over
     two tokens of a 131,072-class head; the reduction drawn among the candidate's."""
     seed = draw(seeds, label="seed")
-    extra = draw(st.sampled_from([0, 7, 15]), label="tokens past 2048")
-    reduction = draw(st.sampled_from(reductions), label="reduction")
+    extra = draw(sampled_from([0, 7, 15]), label="tokens past 2048")
+    reduction = draw(sampled_from(reductions), label="reduction")
     cases = []
     for k, (n, h, v) in enumerate(((LINEAR_CE[0][0] + extra, *LINEAR_CE[0][1:]), LINEAR_CE[1])):
         s = seed + 16 * k
@@ -228,7 +229,7 @@ def linear_ce_cases(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...])
 def ffn_cases(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...]) -> list[Case]:
     """The plain or gated MLP (activation drawn among ``activations``) at SwiGLU's regimes: d = 8192 and h = 8192."""
     seed = draw(seeds, label="seed")
-    act = draw(st.sampled_from(activations), label="activation")
+    act = draw(sampled_from(activations), label="activation")
     cases = []
     for k, (rows, d, h) in enumerate(SWIGLU):
         s = seed + 16 * k
@@ -241,7 +242,7 @@ def ffn_cases(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[st
 def z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """The per-token z-loss (α drawn) of two tokens over a vocabulary of 131,072."""
     seed = draw(seeds, label="seed")
-    alpha = draw(st.sampled_from([1e-4, 1e-3]), label="alpha")
+    alpha = draw(sampled_from([1e-4, 1e-3]), label="alpha")
     logits = fill(dtype, (2, VOCAB), 2.0, seed)
     return [Case({"logits": logits}, {"alpha": alpha}, {"regime": f"vocabulary {VOCAB}", "seed": seed})]
 
@@ -251,7 +252,7 @@ def softcap_z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """The soft-capped z-loss (Gemma 2's final cap of 30, or 50) of two tokens over a vocabulary of 131,072,
     logits spread over the tanh's knee (2c)."""
     seed = draw(seeds, label="seed")
-    cap = draw(st.sampled_from([30.0, 50.0]), label="cap")
+    cap = draw(sampled_from([30.0, 50.0]), label="cap")
     logits = fill(dtype, (2, VOCAB), 2.0 * cap, seed)
     params = {"alpha": 1e-4, "cap": cap}
     return [Case({"logits": logits}, params, {"regime": f"vocabulary {VOCAB}, cap {cap:g}", "seed": seed})]
@@ -261,7 +262,7 @@ def softcap_z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
 def lm_head_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """Final RMSNorm then W_head: 4 tokens of d = 8192 into 256 classes, and 2 tokens of d = 16 into 131,072."""
     seed = draw(seeds, label="seed")
-    eps = draw(st.sampled_from([1e-6, 1e-5]), label="eps")
+    eps = draw(sampled_from([1e-6, 1e-5]), label="eps")
     cases = []
     for k, (t, d, v) in enumerate(LM_HEAD):
         s = seed + 16 * k
@@ -279,8 +280,8 @@ def block_cases(draw: st.DrawFn, dtype: Format, placements: tuple[str, ...]) -> 
     """One decoder layer (placement drawn among ``placements``) over 192 tokens of d = 16: 4 query heads of 4 over
     2 KV heads, a SwiGLU of 24; weights at N(0, 1/fan_in), norm weights near 1, positions from 0 or 4090."""
     seed = draw(seeds, label="seed")
-    placement = draw(st.sampled_from(placements), label="placement")
-    start = draw(st.sampled_from([0, 4090]), label="first position")
+    placement = draw(sampled_from(placements), label="placement")
+    start = draw(sampled_from([0, 4090]), label="first position")
     t, d, hq, hkv, hd, h = BLOCK
 
     def w(shape: tuple[int, int], k: int) -> np.ndarray:
@@ -308,7 +309,7 @@ def rope_scaled_cases(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...]) ->
     """A context-extension rule among ``kinds`` over 32 heads × 300 positions × 128 features, from a drawn first
     position (131,000: past every trained length drawn), and over 4 heads from 131,000 (across 131,072)."""
     seed = draw(seeds, label="seed")
-    start = draw(st.sampled_from(ROPE_SCALED_STARTS), label="first position")
+    start = draw(sampled_from(ROPE_SCALED_STARTS), label="first position")
     rule = draw(scaling(kinds, ROPE[2]), label="rule")
     _, t, d = ROPE
     cases = []
@@ -325,7 +326,7 @@ def rope_scaled_cases(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...]) ->
 def sinusoidal_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """x + PE over 300 positions × 4096 features, from a drawn first position."""
     seed = draw(seeds, label="seed")
-    start = draw(st.sampled_from([0, 4090, 30000]), label="first position")
+    start = draw(sampled_from([0, 4090, 30000]), label="first position")
     t, d = SINUSOIDAL
     inputs = {"x": fill(dtype, (1, t, d), 1.0, seed), "positions": np.arange(start, start + t, dtype=np.int64)}
     return [Case(inputs, {"base": 10000.0}, {"regime": f"{t} positions × {d}", "seed": seed})]
@@ -336,7 +337,7 @@ def alibi_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     """ALiBi over 64 heads, 8 queries at the end of 520 keys."""
     seed = draw(seeds, label="seed")
     h, tq, tk = ALIBI
-    start = draw(st.sampled_from([0, 4090]), label="first position")
+    start = draw(sampled_from([0, 4090]), label="first position")
     kp = np.arange(start, start + tk, dtype=np.int64)
     inputs = {"scores": fill(dtype, (1, h, tq, tk), 4.0, seed), "q_positions": kp[-tq:].copy(), "k_positions": kp}
     return [Case(inputs, {}, {"regime": f"{h} heads × {tq} queries × {tk} keys", "seed": seed})]
