@@ -77,6 +77,16 @@ def test_row_blocks_cover_every_row_once() -> None:
         assert np.array_equal(covered, np.arange(rows))
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 5), (2, 0, 4)])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the mean of no elements
+def test_norm_budgets_of_no_rows_or_no_features(shape: tuple[int, ...]) -> None:
+    x, w = np.ones(shape), np.ones(shape[-1])
+    for op, inputs in (("rms_norm", {"x": x, "weight": w}), ("layer_norm", {"x": x, "weight": w, "bias": w})):
+        assert registry.FORWARD[op](inputs, {"eps": 1e-5}, Conventions(), BF16).v.shape == shape
+        grads = registry.VJP[op](inputs, {"eps": 1e-5}, Conventions(), BF16, np.ones(shape))
+        assert {k: t.v.shape for k, t in grads.items()} == {k: a.shape for k, a in inputs.items()}
+
+
 def test_allocator_setting_applies_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
         assert allocator.keep_freed_memory()

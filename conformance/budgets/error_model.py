@@ -22,6 +22,7 @@ The final rounding to the output dtype is not part of ``e``: it adds exactly hal
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -201,9 +202,14 @@ def transpose(a: Tracked) -> Tracked:
     return Tracked(a.v.T, a.e.T, a.m.T, exact=a.exact)
 
 
+def as_rows(t: F64) -> F64:
+    """(..., n) -> (N, n), rows of no elements included."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
 def rows(a: Tracked) -> Tracked:
     """Flatten the leading axes: (..., n) -> (N, n)."""
-    return Tracked(*(t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m)), exact=a.exact)
+    return Tracked(*(as_rows(t) for t in (a.v, a.e, a.m)), exact=a.exact)
 
 
 def total(r: Rounding, a: Tracked, unit: float | None = None) -> Tracked:
@@ -286,7 +292,7 @@ class RowSums:
 
 def row_sums(a: Tracked, shared: F64 | None = None) -> RowSums:
     """The sums over every axis but the last of ``a`` (see :func:`sum_rows` for ``shared``)."""
-    a2v, a2e, a2m = (t.reshape(-1, t.shape[-1]) for t in (a.v, a.e, a.m))
+    a2v, a2e, a2m = (as_rows(t) for t in (a.v, a.e, a.m))
     if shared is None:
         common, own, own_sq = a2e.sum(axis=0), np.zeros(a2v.shape[-1]), np.zeros(a2v.shape[-1])
     else:

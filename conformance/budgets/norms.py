@@ -53,7 +53,7 @@ def _norm_weight(r: Rounding, w: np.ndarray, conv: Conventions, dtype: Format) -
 
 def _by_rows(x: np.ndarray, block: Callable[[slice], Tracked]) -> Tracked:
     """A row-wise result over all of x's rows, ``block(rows)`` evaluating one block of them (em.row_blocks)."""
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = em.as_rows(x)
     return em.concat_rows([block(rows) for rows in em.row_blocks(x2.shape[0], x2.shape[-1])], x.shape)
 
 
@@ -61,7 +61,7 @@ def rms_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype
     r = rounding("rms_norm", dtype, conv)
     w = _norm_weight(r, inputs["weight"], conv, dtype)
     eps = resolve_eps("rms_norm", params.get("eps"), dtype, conv)
-    x2 = inputs["x"].reshape(-1, inputs["x"].shape[-1])
+    x2 = em.as_rows(inputs["x"])
 
     def block(rows: slice) -> Tracked:
         x = em.exact(x2[rows])
@@ -77,7 +77,7 @@ def layer_norm(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dty
     r = rounding("layer_norm", dtype, conv)
     w, b = _norm_weight(r, inputs["weight"], conv, dtype), em.exact(inputs["bias"])
     eps = resolve_eps("layer_norm", params.get("eps"), dtype, conv)
-    x2 = inputs["x"].reshape(-1, inputs["x"].shape[-1])
+    x2 = em.as_rows(inputs["x"])
 
     def block(rows: slice) -> Tracked:
         x = em.exact(x2[rows])
@@ -125,7 +125,7 @@ def _vjp_by_rows(
 ) -> dict[str, Tracked]:
     """∂L/∂x row block by row block (``block(x, g, many)``: a block's ∂L/∂x and the row sums of the parameters'
     gradients), the parameters' gradients summed over all rows once."""
-    x2, g2 = x.reshape(-1, x.shape[-1]), g64.reshape(-1, x.shape[-1])
+    x2, g2 = em.as_rows(x), em.as_rows(np.asarray(g64).reshape(x.shape))
     many = x2.shape[0] > em.LAMBDA**2
     dx: list[Tracked] = []
     sums: dict[str, em.RowSums] = {}
