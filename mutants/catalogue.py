@@ -615,6 +615,25 @@ def rope_linear_factor_ignored(a: MutantAdapter) -> None:
 
 @mutant(
     "rope_scaling",
+    "rope_scaled/longrope-boundary",
+    "LongRoPE chooses its long factors by the last position, not the length: a call ending at position L (n = L + 1) "
+    "still rotates with the short ones",
+)
+def rope_longrope_last_position_as_length(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if not scaling or scaling["type"] != "longrope" or not positions.numel():
+            return plain(x, positions, base, rotary_dim, scaling)
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, int(positions.max()), x.device)
+        return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq, factor)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
     "rope_scaled/regime-forward",
     "rotates from a cos/sin cache of 131,072 positions (a 128k model's max_position_embeddings), positions past its "
     "end clamped to its last row",

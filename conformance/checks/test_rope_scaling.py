@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.harness import size_regimes
-from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
+from transformer_conformance.conformance.harness.compare import (
+    CheckFailure,
+    Record,
+    check_forward,
+    check_vjp,
+    several_cases,
+)
 from transformer_conformance.conformance.harness.marks import check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import common as cst
@@ -297,10 +303,14 @@ BANDED = ("yarn", "llama3")
 @given(data=st.data())
 def test_longrope_boundary(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     case = data.draw(_case(adapter, dtype, ("longrope",)), label="case")
-    last = case.params["scaling"]["original_max_position_embeddings"] - 1 + data.draw(sampled_from([0, 1]))
     t = case.inputs["x"].shape[-2]
-    positions = np.arange(last - t + 1, last + 1, dtype=np.int64)
-    check_forward(adapter, "rope_scaled", Case(dict(case.inputs, positions=positions), case.params), dtype, record)
+    # both sides of the boundary in every example: n = L (short factors), then n = L + 1 (long ones)
+    for last in (case.params["scaling"]["original_max_position_embeddings"] + k for k in (-1, 0)):
+        positions = np.arange(last - t + 1, last + 1, dtype=np.int64)
+        with several_cases(f"last position {last}"):
+            check_forward(
+                adapter, "rope_scaled", Case(dict(case.inputs, positions=positions), case.params), dtype, record
+            )
 
 
 def _pair_mask(rd: int, d: int, layout: str, pairs: np.ndarray) -> np.ndarray:
