@@ -71,6 +71,10 @@ def rms_norm_vjp_t(r: Rounding, x: Tracked, w: Tracked, eps: float, g: Tracked) 
     return dx, em.sum_rows(r, em.mul(r, g, xhat))
 
 
+def _dtanh(v: F64) -> F64:
+    return 1.0 - np.tanh(v) ** 2
+
+
 @dataclass(frozen=True)
 class Probs:
     """The forward's intermediates: probabilities P, logits before capping (scaled), tanh(l/c), the mask."""
@@ -86,11 +90,14 @@ def probs(
 ) -> Probs:
     ke = heads(k, kv_head_index(q.v.shape[1], k.v.shape[1]))
     sc = 1.0 / np.sqrt(q.v.shape[-1]) if scale is None else float(scale)
-    raw = scale_by(r, em.matmul(r, q, swap(ke)), sc)
+    # the scale applied to the scores, or to q before the product (mlx-lm's and others' (q·s)·kᵀ): q·s stored
+    # where intermediates are is a rounding of each of q's elements, which a cancelling dot product amplifies
+    raw = em.widest(scale_by(r, em.matmul(r, q, swap(ke)), sc), em.matmul(r, scale_by(r, q, sc), swap(ke)))
     t = None
     s = raw
     if softcap:
-        t = em.func(r, scale_by(r, raw, 1.0 / softcap), np.tanh, lambda v: 1.0 - np.tanh(v) ** 2)
+        # secant, not first order: a score off by more than the cap's scale moves tanh off its saturation
+        t = em.func(r, scale_by(r, raw, 1.0 / softcap), np.tanh, _dtanh, spread=em.secant(np.tanh, _dtanh))
         s = scale_by(r, t, softcap)
     mask = causal_mask(q.v.shape[2], k.v.shape[2], alignment) if causal else None  # type: ignore[arg-type]
     masked_v = s.v if mask is None else np.where(mask, s.v, -np.inf)
