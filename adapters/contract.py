@@ -295,6 +295,10 @@ class Conventions:
         }
 
 
+#: attention's logit soft-capping: "none" (softcap None) and "tanh" (a cap c: c·tanh(l/c)); a kernel without
+#: soft-capping declares ``values={"softcap": frozenset({"none"})}``
+SOFTCAPS = ("none", "tanh")
+
 #: the named choices of an operation's parameters, with every value the contract defines: an adapter may
 #: declare a part of them (``Capability.values``); the checks then draw only what it declares
 CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -303,6 +307,7 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
     "glu_mlp": {"activation": GLU_ACTIVATIONS},
     "block": {"placement": PLACEMENTS},
     "linear_cross_entropy": {"reduction": REDUCTIONS},
+    "attention": {"softcap": SOFTCAPS},
 }
 
 

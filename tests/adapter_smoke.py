@@ -71,7 +71,7 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
             "k": fill(dtype, (1, 2, 5, 8), 1.0, seed + 1),
             "v": fill(dtype, (1, 2, 5, 8), 1.0, seed + 2),
         }
-        params = {"causal": True, "softcap": None, "scale": None}
+        params = {"causal": True, "softcap": 5.0 if choice == "tanh" else None, "scale": None}
     elif op == "block":  # four query heads on two KV heads, the placement the candidate declares
         d, hd, h = 8, 2, 12
         shapes = {

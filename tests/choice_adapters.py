@@ -1,5 +1,6 @@
 """Adapters that implement only part of an operation's named choices (adapters.CHOICES): the torch
-adapter's ``rope_scaled`` and ``glu_mlp`` in float32, raising for the NTK rule and for GeGLU in its erf form.
+adapter's ``rope_scaled``, ``glu_mlp`` and ``attention`` in float32, raising for the NTK rule, for GeGLU in its
+erf form and for soft-capped attention (as a kernel without a cap).
 ``NarrowDeclared`` declares exactly what it implements; ``NarrowUndeclared`` declares every value."""
 
 from __future__ import annotations
@@ -10,7 +11,19 @@ from transformer_conformance.adapters.contract import CHOICES, Capability
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
 
 F32 = frozenset({"float32"})
-MISSING = {"rope_scaled": ("scaling.type", "ntk"), "glu_mlp": ("activation", "gelu_erf")}
+MISSING = {
+    "rope_scaled": ("scaling.type", "ntk"),
+    "glu_mlp": ("activation", "gelu_erf"),
+    "attention": ("softcap", "tanh"),
+}
+
+
+def _chosen(key: str, params: dict[str, Any]) -> str | None:
+    if key == "activation":
+        return params.get("activation")
+    if key == "softcap":
+        return "none" if params.get("softcap") is None else "tanh"
+    return (params.get("scaling") or {}).get("type")
 
 
 class NarrowUndeclared(TorchAdapter):
@@ -27,8 +40,7 @@ class NarrowUndeclared(TorchAdapter):
         key, value = MISSING[op]
 
         def call(*args: Any, **params: Any) -> Any:
-            chosen = params.get("activation") if key == "activation" else (params.get("scaling") or {}).get("type")
-            if chosen == value:
+            if _chosen(key, params) == value:
                 raise NotImplementedError(f"{op} has no {key} {value}")
             return inner(*args, **params)
 

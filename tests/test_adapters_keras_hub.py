@@ -78,7 +78,8 @@ def test_smoke(adapter: Adapter) -> None:
     assert {
         "rms_norm[bfloat16]",
         "layer_norm[float32]",
-        "attention[bfloat16]",
+        "attention[bfloat16][none]",
+        "attention[bfloat16][tanh]",
         "cross_entropy_mean[float32]",
     } <= checked
     assert {"rope_scaled[float32][linear]", "rope_scaled[bfloat16][llama3]"} <= checked

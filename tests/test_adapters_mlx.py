@@ -23,8 +23,9 @@ def test_smoke() -> None:
     adapter = load_adapter("mlx")
     assert adapter.name == "mlx"
     checked = set(smoke(adapter, DTYPES))
-    for op in ("rms_norm", "layer_norm", "rope", "attention", "swiglu_mlp", "z_loss"):
+    for op in ("rms_norm", "layer_norm", "rope", "swiglu_mlp", "z_loss"):
         assert {f"{op}[{d}]" for d in DTYPES} <= checked, op
+    assert {f"attention[{d}][{cap}]" for d in DTYPES for cap in ("none", "tanh")} <= checked  # mlx-lm's soft-cap
     assert {"glu_mlp[float32][gelu_sigmoid]", "cross_entropy[bfloat16]"} <= checked
     assert "rope_scaled[float16][linear]" in checked
 

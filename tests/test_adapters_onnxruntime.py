@@ -25,7 +25,7 @@ def test_smoke() -> None:
     adapter = load_adapter("onnxruntime")
     assert adapter.name == "onnxruntime"
     checked = smoke(adapter, ("float32", "float16", "bfloat16"))
-    assert "layer_norm[bfloat16]" in checked and "attention[float16]" in checked
+    assert "layer_norm[bfloat16]" in checked and "attention[float16][tanh]" in checked
     assert "rms_norm[bfloat16]" not in checked  # no bfloat16 kernel on the CPU provider
 
 

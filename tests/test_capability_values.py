@@ -50,7 +50,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_suite(
         tmp_path_factory.mktemp("choices"),
         "--adapter=tests.choice_adapters:NarrowDeclared,tests.choice_adapters:NarrowUndeclared",
-        "--behaviour=rope_scaling,mlp",
+        "--behaviour=rope_scaling,mlp,attention",
         "--dtype=float32",
         "-n",
         "2",
@@ -58,7 +58,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def test_declared_part_passes(run: Run) -> None:
-    """The candidate passes where it declares only what it implements: no check drew NTK or GeGLU-erf."""
+    """The candidate passes where it declares only what it implements: no check drew NTK, GeGLU-erf or a
+    soft-cap."""
     checks = run.checks(adapter="narrow-declared")
     assert checks and not [c for c in checks if c["status"] in ("failed", "error")], [
         (c["check"], c.get("message")) for c in checks if c["status"] in ("failed", "error")
@@ -70,6 +71,9 @@ def test_declared_part_passes(run: Run) -> None:
         "rope_scaled/dynamic-forward",
         "glu/forward",
         "glu/gradient",
+        "attention/forward",
+        "attention/gradient",
+        "attention/gqa-grouping",
     }
 
 
@@ -77,6 +81,9 @@ def test_check_of_an_undeclared_value_is_unsupported(run: Run) -> None:
     (c,) = run.checks(adapter="narrow-declared", check="rope_scaled/ntk-base")
     assert c["status"] == "unsupported"
     assert c["message"] == "narrow-declared does not declare rope_scaled with scaling.type ntk"
+    (s,) = run.checks(adapter="narrow-declared", check="attention/softcap-bound")
+    assert s["status"] == "unsupported"
+    assert s["message"] == "narrow-declared does not declare attention with softcap tanh"
 
 
 def test_report_names_what_was_left_out(run: Run) -> None:
@@ -84,6 +91,8 @@ def test_report_names_what_was_left_out(run: Run) -> None:
     assert c["extra"]["not_declared"] == {"scaling.type": ["ntk"]}
     (g,) = run.checks(adapter="narrow-declared", check="glu/gradient")
     assert g["extra"]["not_declared"] == {"activation": ["gelu_erf"]}
+    (f,) = run.checks(adapter="narrow-declared", check="attention/forward")
+    assert f["extra"]["not_declared"] == {"softcap": ["tanh"]}
     (a,) = [a for a in run.report["adapters"] if a["name"] == "narrow-declared"]
     assert a["capabilities"]["rope_scaled"]["values"] == {
         "scaling.type": ["dynamic", "linear", "llama3", "longrope", "yarn"]
@@ -94,9 +103,10 @@ def test_report_names_what_was_left_out(run: Run) -> None:
 
 
 def test_undeclared_part_fails(run: Run) -> None:
-    """Declared with every value, the same candidate fails the checks that draw NTK and GeGLU-erf."""
+    """Declared with every value, the same candidate fails the checks that draw NTK, GeGLU-erf and a cap."""
     bad = {c["check"] for c in run.checks(adapter="narrow-undeclared") if c["status"] in ("failed", "error")}
     assert {"rope_scaled/forward", "rope_scaled/ntk-base", "glu/forward", "glu/gradient"} <= bad
+    assert {"attention/forward", "attention/gradient", "attention/softcap-bound"} <= bad
     assert not run.checks(adapter="narrow-undeclared", status="unsupported", check="rope_scaled/ntk-base")
 
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transformer_conformance.adapters.contract import Adapter
+from transformer_conformance.adapters.contract import SOFTCAPS, Adapter
 from transformer_conformance.conformance.harness import size_regimes
 from transformer_conformance.conformance.harness.agreement import agree
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record, check_forward, check_vjp
-from transformer_conformance.conformance.harness.marks import UNSUPPORTED, check
+from transformer_conformance.conformance.harness.marks import UNSUPPORTED, check, declared
 from transformer_conformance.conformance.harness.properties import run
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import common as cst
@@ -53,22 +53,44 @@ ROPE_QK = (
 )
 
 
+#: the checks that draw soft-capped attention draw it only from an adapter that declares it
+SOFTCAP_CHOICE = {"softcap": SOFTCAPS}
+
+
 def _shape(adapter: Adapter, op: str, case: Case, dtype: Format) -> tuple[int, ...]:
     return oracle.forward(op, case.values(), case.params, adapter.conventions, dtype).shape
 
 
+def _case(adapter: Adapter, dtype: Format, causal: bool | None = None) -> st.SearchStrategy[Case]:
+    """An attention case with the soft-capping the adapter declares (``Capability.values["softcap"]``)."""
+    return sb.attention_case(dtype, causal=causal, softcaps=declared(adapter, "attention", "softcap"))
+
+
 @check(
-    "attention/forward", "attention", "agrees with the oracle (causal in the declared alignment)", CITE, op="attention"
+    "attention/forward",
+    "attention",
+    "agrees with the oracle (causal in the declared alignment)",
+    CITE,
+    op="attention",
+    choices=SOFTCAP_CHOICE,
 )
 @given(data=st.data())
 def test_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    check_forward(adapter, "attention", data.draw(sb.attention_case(dtype), label="case"), dtype, record)
+    check_forward(adapter, "attention", data.draw(_case(adapter, dtype), label="case"), dtype, record)
 
 
-@check("attention/gradient", "attention", "VJP agrees with the oracle", CITE, op="attention", grad=True)
+@check(
+    "attention/gradient",
+    "attention",
+    "VJP agrees with the oracle",
+    CITE,
+    op="attention",
+    grad=True,
+    choices=SOFTCAP_CHOICE,
+)
 @given(data=st.data())
 def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.attention_case(dtype), label="case")
+    case = data.draw(_case(adapter, dtype), label="case")
     cot = data.draw(cst.cotangent(dtype, _shape(adapter, "attention", case, dtype)), label="cotangent")
     check_vjp(adapter, "attention", case, cot, dtype, record)
 
@@ -79,10 +101,11 @@ def test_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "GQA/MQA equals multi-head attention on KV heads repeated per group (h reads h // (H_q/H_kv))",
     GQA,
     op="attention",
+    choices=SOFTCAP_CHOICE,
 )
 @given(data=st.data())
 def test_gqa_grouping(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.attention_case(dtype), label="case")
+    case = data.draw(_case(adapter, dtype), label="case")
     q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
     group = q.shape[1] // k.shape[1]
     repeated = dict(case.inputs, k=np.repeat(k, group, axis=1), v=np.repeat(v, group, axis=1))
@@ -98,10 +121,11 @@ def test_gqa_grouping(adapter: Adapter, dtype: Format, record: Record, data: st.
     "without positions or mask, permuting queries permutes outputs and permuting key-value pairs changes nothing",
     PERMUTATION,
     op="attention",
+    choices=SOFTCAP_CHOICE,
 )
 @given(data=st.data())
 def test_permutation_equivariance(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.attention_case(dtype, causal=False), label="case")
+    case = data.draw(_case(adapter, dtype, causal=False), label="case")
     lq, lk = case.inputs["q"].shape[2], case.inputs["k"].shape[2]
     pq = np.array(data.draw(st.permutations(range(lq)), label="query permutation"), dtype=np.intp)
     pk = np.array(data.draw(st.permutations(range(lk)), label="key permutation"), dtype=np.intp)
@@ -119,10 +143,11 @@ def test_permutation_equivariance(adapter: Adapter, dtype: Format, record: Recor
     "changing the tokens at positions ≥ t (their q, k, v) never changes an output before t",
     CAUSAL,
     op="attention",
+    choices=SOFTCAP_CHOICE,
 )
 @given(data=st.data())
 def test_causality(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    case = data.draw(sb.attention_case(dtype, causal=True), label="case")
+    case = data.draw(_case(adapter, dtype, causal=True), label="case")
     q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
     lq, lk = q.shape[2], k.shape[2]
     if lk < 2:
@@ -162,6 +187,7 @@ def test_causality(adapter: Adapter, dtype: Format, record: Record, data: st.Dat
     "decoding token by token against a KV cache, and prefill in chunks, equal the full causal forward",
     KV_CACHE,
     op="attention",
+    choices=SOFTCAP_CHOICE,
 )
 @given(data=st.data())
 def test_kv_cache(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
@@ -170,7 +196,7 @@ def test_kv_cache(adapter: Adapter, dtype: Format, record: Record, data: st.Data
             f"{UNSUPPORTED}{adapter.name} declares {adapter.conventions.causal_alignment} causal alignment; decoding "
             "with a KV cache needs bottom-right"
         )
-    case = data.draw(sb.attention_case(dtype, causal=True), label="case")
+    case = data.draw(_case(adapter, dtype, causal=True), label="case")
     q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
     lk = k.shape[2]
     # the full sequence: as many queries as keys
@@ -209,6 +235,7 @@ def test_kv_cache(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     "with soft-cap c every visible key keeps a weight ≥ e^(−2c) × the largest (logits lie in (−c, c))",
     SOFTCAP,
     op="attention",
+    choices={"softcap": ("tanh",)},
 )
 @given(data=st.data())
 def test_softcap_bound(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:

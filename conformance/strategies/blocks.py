@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from transformer_conformance.adapters.contract import SOFTCAPS
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
 from transformer_conformance.reference.blocks import PLACEMENTS
@@ -27,9 +28,11 @@ def attention_case(
     even_d: bool = False,
     fewer_queries: bool | None = None,
     large: bool = True,
+    softcaps: tuple[str, ...] = SOFTCAPS,
 ) -> Case:
     """q (B, H_q, L_q, D), k and v (B, H_kv, L_k, ·) with H_q = groups·H_kv (MQA when H_kv = 1); causal cases keep
-    L_q ≤ L_k, and ``fewer_queries`` forces L_q < L_k (where the two causal alignments differ)."""
+    L_q ≤ L_k, and ``fewer_queries`` forces L_q < L_k (where the two causal alignments differ). ``softcaps``: the
+    soft-capping drawn ("none": softcap None, "tanh": a cap), as the adapter declares it."""
     b = draw(st.integers(1, 2), label="B")
     h_kv = draw(st.integers(1, 2), label="H_kv")
     groups = draw(sampled_from([1, 2, 3]), label="query heads per KV head")
@@ -48,7 +51,10 @@ def attention_case(
     # (not in float16, where the input dtype's own q·k overflows at 2^8: its near-overflow logits come from 2^3)
     big = magnitudes(7, 8) if dtype.name != "float16" and large else magnitudes(-3, 3)
     mag = draw(st.one_of(magnitudes(-3, 3), big), label="|q|, |k|")
-    softcap = draw(sampled_from([None, None, 50.0, 5.0, 1.0]), label="softcap") if with_softcap else None
+    caps: list[float | None] = [None]
+    if with_softcap and "tanh" in softcaps:
+        caps = [None, None, 50.0, 5.0, 1.0] if "none" in softcaps else [50.0, 5.0, 1.0]
+    softcap = draw(sampled_from(caps), label="softcap") if len(caps) > 1 else caps[0]
     scale = draw(sampled_from([None, None, None, 0.125, 1.0]), label="scale")
     seed = draw(seeds, label="seed")
     inputs = {
