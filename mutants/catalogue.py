@@ -1042,6 +1042,20 @@ def attention_scale_ignored(a: MutantAdapter) -> None:
     a.impl["attention"] = attention
 
 
+@mutant(
+    "attention",
+    "attention/forward",
+    "the soft-cap dropped: a kernel without one (as Pallas's mha) wrapped as attention, declared with soft-capping",
+)
+def attention_softcap_dropped(a: MutantAdapter) -> None:
+    def attention(
+        q: T, k: T, v: T, causal: bool = False, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        return _attention(q, k, v, causal, None, q.shape[-1] ** -0.5 if scale is None else scale, float("-inf"))
+
+    a.impl["attention"] = attention
+
+
 # --------------------------------------------------------------------------------------------- attention
 
 

@@ -1,5 +1,5 @@
-"""The pallas built-in adapter loads, declares what JAX 0.10's Pallas normalisation kernels do under the Pallas
-interpreter, and passes a smoke subset (docs/adapters.md, "pallas")."""
+"""The pallas built-in adapter loads, declares what JAX 0.10's Pallas normalisation and attention kernels do under
+the Pallas interpreter, and passes a smoke subset (docs/adapters.md, "pallas")."""
 
 from __future__ import annotations
 
@@ -17,8 +17,35 @@ from transformer_conformance.reference.formats import fmt
 def test_smoke() -> None:
     adapter = load_adapter("pallas")
     assert adapter.name == "pallas"
-    assert set(adapter.capabilities) == {"rms_norm", "layer_norm"}
+    assert set(adapter.capabilities) == {"rms_norm", "layer_norm", "attention"}
+    assert adapter.capabilities["attention"].values == {"softcap": frozenset({"none"})}
     assert smoke(adapter, ("float32", "bfloat16", "float16"))
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(256, 256), (384, 384), (4, 520), (5, 7), (1, 1), (129, 129), (8, 3)])
+def test_block_sizes_split_both_sequences_into_whole_blocks(lq: int, lk: int) -> None:
+    """What the kernel requires of its block sizes: whole blocks, and as many query blocks as key blocks in the
+    backward; where the kernel's defaults (128, 32) do that, they are kept."""
+    from transformer_conformance.adapters.pallas.attention import blocks
+
+    bq, bk, bq_dkv, bkv_dkv, bq_dq, bkv_dq = blocks(lq, lk)
+    assert lq % bq == lk % bk == lq % bq_dkv == lk % bkv_dkv == 0
+    assert (bq_dq, bkv_dq) == (bq_dkv, bkv_dkv) and lq // bq_dkv == lk // bkv_dkv
+    if lq == lk and lq % 128 == 0:
+        assert (bq, bk, bq_dkv, bkv_dkv) == (128, 128, 32, 32)
+    if lq <= 128 and lk <= 128:
+        assert (bq, bk) == (lq, lk)  # the kernel's own min(block, L)
+
+
+def test_attention_declares_the_kernel_s_causal_alignment() -> None:
+    """Query i sees keys ≤ i (top-left): with 2 queries on 4 keys, query 0 reads v of key 0 alone."""
+    adapter = load_adapter("pallas")
+    assert adapter.conventions.causal_alignment == "top_left"
+    q = np.zeros((1, 1, 2, 4), np.float32)
+    k = np.zeros((1, 1, 4, 4), np.float32)
+    v = np.arange(4, dtype=np.float32).reshape(1, 1, 4, 1)
+    out = adapter.forward("attention", {"q": q, "k": k, "v": v}, {"causal": True, "softcap": None, "scale": None})
+    assert out.shape == (1, 1, 2, 1) and out[0, 0, :, 0].tolist() == [0.0, 0.5]
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

@@ -16,7 +16,25 @@ of 16 (32 past 10,240 features). Read from the source and measured on jax 0.10.2
 * ∂γ and ∂β are summed over the rows in float32 and cast to γ's dtype, which is the input dtype here (the
   suite's γ arrives in it).
 
-Not wrapped yet: the package's attention kernels (``attention.mha``, ``decode_attention``).
+``attention`` is ``attention.mha``, the package's FlashAttention-2 kernel, forward and the backward kernel of its
+custom VJP (``backward_pass_impl="triton"``). Read from the source and measured on jax 0.10.2:
+
+* scores q·kᵀ accumulate in float32 and are scaled by log₂e·scale, and the online softmax runs in powers of two
+  (``exp2``): ``exp_via_exp2`` for ``attention`` and its VJP; each block of probabilities is cast to v's dtype
+  before P·V (and before the backward's products), which the ``unfused`` declaration charges;
+* causal masking compares query and key indices (``span_q >= span_k``): query i sees keys ≤ i, the top-left
+  alignment;
+* no soft-capping (``values={"softcap": {"none"}}``) and no grouped heads: the adapter repeats each KV head for
+  its group of query heads (``jnp.repeat``, as a model on this kernel does), so ∂k and ∂v are the sums of the
+  group's, summed by JAX's transpose of the repeat;
+* one head width for q, k and v: the adapter pads the narrower to the wider with zeros (exact: zero terms of the
+  dot products, columns sliced off), as the kernel pads to a power of two itself;
+* a sequence must split into whole blocks (the kernel refuses others), and the backward needs the same number
+  of query and key blocks: the adapter keeps the kernel's block sizes (128 forward, 32 backward) where they
+  divide, and otherwise takes the largest that does (:func:`_blocks`), as a caller of the kernel has to.
+
+Not wrapped: ``decode_attention`` (one query per sequence; its grouped variant) and the Mosaic GPU kernels, which
+the interpreter does not run.
 """
 
 from __future__ import annotations
@@ -30,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_conformance.adapters.contract import Capability, Conventions
+from transformer_conformance.adapters.pallas.attention import attention_forward, attention_vjp
 from transformer_conformance.adapters.versions import SUPPORTED, describe, installed, require
 
 jax.config.update("jax_platforms", "cpu")
@@ -76,9 +95,13 @@ class PallasAdapter:
             norm_rounding="single",
             variance="two_pass",
             eps_defaults={"rms_norm": EPS, "layer_norm": EPS},
-            unfused=frozenset({"rms_norm.vjp", "layer_norm.vjp"}),
+            unfused=frozenset({"rms_norm.vjp", "layer_norm.vjp", "attention"}),
+            low_precision_sums=frozenset({"attention.vjp"}),
+            exp_via_exp2=frozenset({"attention"}),
+            causal_alignment="top_left",
         )
         self.capabilities = {op: Capability() for op in ("rms_norm", "layer_norm")}
+        self.capabilities["attention"] = Capability(values={"softcap": frozenset({"none"})})
 
     def environment(self) -> dict[str, str]:
         return {
@@ -97,6 +120,8 @@ class PallasAdapter:
         return x, jnp.asarray(inputs["weight"]), zeros if bias is None else jnp.asarray(bias)
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "attention":
+            return attention_forward(inputs, params)
         x, w, b = self._args(inputs)
         fwd, _ = _fns(op, x.shape[-1], EPS if params.get("eps") is None else float(params["eps"]))
         return np.asarray(fwd(x, w, b))
@@ -104,6 +129,8 @@ class PallasAdapter:
     def vjp(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
+        if op == "attention":
+            return attention_vjp(inputs, params, cotangent)
         x, w, b = self._args(inputs)
         _, vjp = _fns(op, x.shape[-1], EPS if params.get("eps") is None else float(params["eps"]))
         dx, dw, db = vjp(x, w, b, jnp.asarray(cotangent))
