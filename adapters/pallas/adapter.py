@@ -1,7 +1,7 @@
-"""JAX Pallas's normalisation kernels as a candidate (adapter ``pallas``): ``layer_norm`` and ``rms_norm`` of
-``jax.experimental.pallas.ops.gpu`` — the forward kernels and the backward kernels of their custom VJPs — run
-with ``interpret=True``, the Pallas interpreter, on the CPU: the kernels' own code, block loops and masks
-included, without a GPU.
+"""JAX Pallas's normalisation and attention kernels as a candidate (adapter ``pallas``): ``layer_norm``,
+``rms_norm`` and ``attention.mha`` of ``jax.experimental.pallas.ops.gpu`` — the forward kernels and the backward
+kernels of their custom VJPs — run with ``interpret=True``, the Pallas interpreter, on the CPU: the kernels' own
+code, block loops and masks included, without a GPU.
 
 Each kernel normalises one row per program (its input is rank 3: the adapter passes the rows as (1, N, n)), in
 blocks of min(max(next_pow2(n), 128), 4096) features; the backward's ∂γ, ∂β kernel walks the rows in blocks
@@ -22,6 +22,8 @@ custom VJP (``backward_pass_impl="triton"``). Read from the source and measured 
 * scores q·kᵀ accumulate in float32 and are scaled by log₂e·scale, and the online softmax runs in powers of two
   (``exp2``): ``exp_via_exp2`` for ``attention`` and its VJP; each block of probabilities is cast to v's dtype
   before P·V (and before the backward's products), which the ``unfused`` declaration charges;
+* the backward's Dᵢ = Σ oᵢ·∂oᵢ is formed from the output and its cotangent in their own dtype
+  (``jnp.sum(o * do)`` on the input-dtype blocks): ``low_precision_sums`` ``attention.vjp``;
 * causal masking compares query and key indices (``span_q >= span_k``): query i sees keys ≤ i, the top-left
   alignment;
 * no soft-capping (``values={"softcap": {"none"}}``) and no grouped heads: the adapter repeats each KV head for
@@ -31,10 +33,10 @@ custom VJP (``backward_pass_impl="triton"``). Read from the source and measured 
   dot products, columns sliced off), as the kernel pads to a power of two itself;
 * a sequence must split into whole blocks (the kernel refuses others), and the backward needs the same number
   of query and key blocks: the adapter keeps the kernel's block sizes (128 forward, 32 backward) where they
-  divide, and otherwise takes the largest that does (:func:`_blocks`), as a caller of the kernel has to.
+  divide, and otherwise takes the largest that do (``attention.blocks``), as a caller of the kernel has to.
 
-Not wrapped: ``decode_attention`` (one query per sequence; its grouped variant) and the Mosaic GPU kernels, which
-the interpreter does not run.
+Not wrapped: ``decode_attention`` (one query per sequence; its grouped variant) and the Mosaic GPU kernels
+(``*_mgpu``).
 """
 
 from __future__ import annotations
