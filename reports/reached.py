@@ -30,6 +30,8 @@ def param_text(name: str, slot: dict[str, Any]) -> str:
         text = f"{_value(slot['min'])} … {_value(slot['max'])}{nones} ({n} values)"
     else:
         text = ", ".join(_value(v) for v in vals[:SHOWN]) + (f", … ({n} values)" if n > SHOWN else "")
+    if "declared" in slot:  # a named choice the adapter declares in part: what it declares is what is drawn
+        return f"{name}: {text} (declares {', '.join(slot['declared'])})"
     return f"{name}: {text}" + ("" if slot.get("varied", True) else " ⚠ default only")
 
 
@@ -47,7 +49,11 @@ def gaps(reached: dict[str, Any]) -> list[str]:
     out = []
     for adapter, ops in reached.items():
         for op, e in ops.items():
-            out += [f"{adapter} {op}: parameter {p}" for p, s in e["params"].items() if not s.get("varied", True)]
+            out += [
+                f"{adapter} {op}: parameter {p}"
+                for p, s in e["params"].items()
+                if not s.get("varied", True) and "declared" not in s
+            ]
             out += [
                 f"{adapter} {op}: regime {r}"
                 for r, v in e["regimes"].items()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conformance_run import Run, run_suite
-from transformer_conformance.adapters.contract import OPS
+from transformer_conformance.adapters.contract import OPS, Capability
 from transformer_conformance.conformance.harness import reach, regimes
 from transformer_conformance.reference.formats import fmt
 from transformer_conformance.reports.reached import gaps, markdown
@@ -107,6 +107,26 @@ def test_a_gap_is_reported(tmp_path: Path) -> None:
     assert "numpy rms_norm: regime input near overflow" in found
     text = "\n".join(markdown({"reached": summary}))
     assert "⚠ default only" in text and "⚠ not reached" in text
+
+
+def test_a_choice_declared_in_part_is_not_a_gap() -> None:
+    """A kernel without soft-capping declares softcap "none": its softcap left at None is what it declares, and the
+    saturated soft-cap regime is not drawn for it (not a gap); an adapter declaring both still shows the gaps."""
+    reach.drain()
+    q = np.ones((1, 1, 2, 4), dtype=np.float32)
+    reach.note("attention", {"q": q, "k": q, "v": q}, {"causal": False, "softcap": None, "scale": None})
+    total: dict[str, Any] = {}
+    reach.merge(total, reach.drain())
+    capped = {"attention": Capability(values={"softcap": frozenset({"none"})})}
+    narrow = reach.summary(total, capped)["attention"]
+    assert narrow["params"]["softcap"]["declared"] == ["none"]
+    assert narrow["regimes"]["soft-cap saturated"]["drawn"] is False
+    assert narrow["regimes"]["soft-cap saturated"]["reason"] == "the adapter does not declare softcap tanh"
+    found = gaps({"k": {"attention": narrow}})
+    assert not [g for g in found if "softcap" in g or "soft-cap" in g], found
+    assert "softcap: None (declares none)" in "\n".join(markdown({"reached": {"k": {"attention": narrow}}}))
+    full = gaps({"k": reach.summary(total, {"attention": Capability()})})
+    assert {"k attention: parameter softcap", "k attention: regime soft-cap saturated"} <= set(full)
 
 
 def test_predicates_on_the_edges() -> None:

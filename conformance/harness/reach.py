@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer_conformance.adapters.contract import Capability
 from transformer_conformance.conformance.harness import regimes
 from transformer_conformance.reference.formats import TESTED_DTYPES, dtype_name, fmt
 
@@ -105,13 +106,18 @@ def merge(into: dict[str, dict[str, Any]], noted: Mapping[str, Mapping[str, Any]
                 tc[d] = tc.get(d, 0) + n
 
 
-def summary(noted: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def summary(
+    noted: Mapping[str, Mapping[str, Any]], capabilities: Mapping[str, Capability] | None = None
+) -> dict[str, Any]:
     """report.json's view of one adapter's totals: per operation its calls, each parameter's values (sorted, with
     the range of numbers and whether it was exercised beyond its default), and every listed regime's counts by
-    dtype (an empty object: not reached; ``drawn`` false: listed but not drawn, with the reason)."""
+    dtype (an empty object: not reached; ``drawn`` false: listed but not drawn, with the reason). A parameter
+    that is a named choice the adapter declares in part (``capabilities``) carries ``declared``, the values it
+    declares; a regime that needs an undeclared value of it is not drawn, and says so."""
     out: dict[str, Any] = {}
     for op in sorted(noted):
         e = noted[op]
+        narrowed = dict(capabilities[op].values) if capabilities and op in capabilities else {}
         params = {}
         for name in sorted(e["params"]):
             slot = e["params"][name]
@@ -121,14 +127,17 @@ def summary(noted: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 **({"more": slot["more"]} if slot.get("more") else {}),
                 **({"min": slot["min"], "max": slot["max"]} if slot.get("min") is not None else {}),
                 "varied": regimes.varied(name, vals) or bool(slot.get("more")),
+                **({"declared": sorted(narrowed[name])} if name in narrowed else {}),
             }
         listed = {}
         for r in regimes.for_op(op):
             counts = e["regimes"].get(r.name, {})
+            undeclared = r.needs is not None and r.needs[1] not in narrowed.get(r.needs[0], {r.needs[1]})
+            reason = f"the adapter does not declare {r.needs[0]} {r.needs[1]}" if undeclared and r.needs else r.reason
             listed[r.name] = {
                 "counts": dict(sorted(counts.items())),
-                "reason": r.reason,
-                **({} if r.drawn else {"drawn": False}),
+                "reason": reason,
+                **({} if r.drawn and not undeclared else {"drawn": False}),
             }
         out[op] = {"calls": e["calls"], "params": params, "regimes": listed}
     return out

@@ -83,6 +83,9 @@ class Regime:
     reason: str
     #: False: listed, but the contract leaves it undefined and no check draws it (``reason`` says why)
     drawn: bool = True
+    #: (choice, value): reached only when the operation's named choice takes this value (adapters.CHOICES); an
+    #: adapter that does not declare it is never drawn the regime
+    needs: tuple[str, str] | None = None
 
 
 def _amax(a: np.ndarray) -> float:
@@ -287,6 +290,7 @@ REGIMES: tuple[Regime, ...] = (
         ATTENTION,
         _softcap_saturated,
         "|logit| ≥ 3c: tanh saturates, and a cap ignored or applied twice shows",
+        needs=("softcap", "tanh"),
     ),
     Regime(
         "all-masked rows",

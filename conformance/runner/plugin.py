@@ -539,6 +539,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # nothing of some candidate was checked: a gate must not pass on it (docs/report.md, "Verdicts")
         session.exitstatus = exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
     config.stash[UNCHECKED_KEY] = unchecked
+    capabilities = {a.name: a.capabilities for a in config.stash[ADAPTERS_KEY]}
     paths = write_reports(
         Path(config.getoption("report_dir")),
         results=results,
@@ -552,7 +553,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         exitstatus=int(exitstatus),
         unchecked=unchecked,
         perf=config.stash.get(PERF_KEY, (None, ""))[0],
-        reached={name: reach.summary(ops) for name, ops in sorted(config.stash[REACHED_KEY].items())},
+        reached={
+            name: reach.summary(ops, capabilities.get(name)) for name, ops in sorted(config.stash[REACHED_KEY].items())
+        },
         expectations={
             "files": list(config.getoption("expectations")),
             "entries": [e.to_json(n) for e, n in zip(entries, counts, strict=True)],
