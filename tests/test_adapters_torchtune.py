@@ -23,7 +23,7 @@ def test_smoke() -> None:
     adapter = load_adapter("torchtune")
     assert adapter.name == "torchtune"
     checked = smoke(adapter, ("float32", "bfloat16"))
-    assert "rope_scaled[bfloat16][llama3]" in checked and "attention[float32]" in checked
+    assert "rope_scaled[bfloat16][llama3]" in checked and "attention[float32][tanh]" in checked
 
 
 def test_declarations() -> None:
@@ -94,3 +94,42 @@ def test_chunked_loss_is_the_mean_over_kept_tokens() -> None:
     c = Case({"logits": fill(dtype, (11, 7), 2.0, 4), "targets": np.array([1, -100] * 5 + [6])}, {"ignore_index": -100})
     with outside_hypothesis():
         check_forward(adapter, "cross_entropy_mean", c, dtype, Record("ce", "cross_entropy_mean", "", ""))
+
+
+LLAMA3 = (
+    ("factor", 8.0),
+    ("high_freq_factor", 4.0),
+    ("low_freq_factor", 1.0),
+    ("original_max_position_embeddings", 8192),
+    ("type", "llama3"),
+)
+
+
+@pytest.mark.parametrize("scaling", [(), LLAMA3])
+def test_far_positions_use_the_whole_cache_s_rows(scaling: tuple) -> None:
+    """Past 2^20 positions the module's cache holds only the rows asked for: each is bit for bit the row the
+    whole cache holds (here over 70,000 positions, where the whole cache is cheap)."""
+    from transformer_conformance.adapters.torchtune.adapter import _new_rope_module, far_rows
+
+    whole = _new_rope_module(64, 500000.0, 70_000, scaling)
+    positions = torch.tensor([69_999, 3, 65_537, 3, 12_345])
+    far, rows = far_rows(_new_rope_module(64, 500000.0, 1, scaling), positions)
+    assert far.cache.shape[0] == 4  # the distinct positions only
+    assert torch.equal(far.cache[rows], whole.cache[positions])
+
+
+@pytest.mark.parametrize("scale", [0.125, 1.0])
+def test_an_explicit_scale_runs_through_gemma2_attention(scale: float) -> None:
+    """A scale other than 1/√head_dim is Gemma2Attention's query_pre_attn_scalar (the scale s given as s⁻²),
+    checked against the oracle."""
+    adapter = load_adapter("torchtune")
+    dtype = fmt("float32")
+    c = case("attention", dtype)
+    with outside_hypothesis():
+        check_forward(
+            adapter,
+            "attention",
+            Case(c.inputs, dict(c.params, scale=scale), c.about),
+            dtype,
+            Record("a", "attention", "", ""),
+        )

@@ -13,7 +13,8 @@ test — and given the suite's parameters; gradients come from autograd:
   the positions are explicitly float32 even under a bfloat16 default dtype) and it rotates in float32 and
   casts once (``type_as(x)``). It rotates all of ``dim``; a partial ``rotary_dim`` is applied as a model
   with a partial rotary would use it: the module of that width on ``x[..., :rotary_dim]``, the rest passed
-  through. ``max_seq_len`` is the largest position + 1 (the cache is indexed by position);
+  through. ``max_seq_len`` is the largest position + 1 (the cache is indexed by position); past 2^20 the
+  cache holds only the rows asked for, each built as ``build_rope_cache`` builds it (``far_rows``);
 * ``rope_scaled`` — ``torchtune.models.llama3_1.Llama3ScaledRoPE`` (``scale_factor``, ``low_freq_factor``,
   ``high_freq_factor``, ``old_context_len``): the contract's ``llama3`` rule; torchtune has no other scaling
   rule as a module, so ``scaling.type`` declares only llama3. Same layout and precision as ``rope``;
@@ -21,9 +22,10 @@ test — and given the suite's parameters; gradients come from autograd:
   (three bias-free ``nn.Linear``, ``nn.SiLU``): each op rounds to the input dtype, ``unfused``;
   ``swiglu_hidden_dim`` — ``scale_hidden_dim_for_mlp(dim, multiple_of)``, the width the Llama builders use
   when none is given (it has no ``ffn_dim_multiplier``: refused);
-* ``attention`` — ``MultiHeadAttention`` (GQA, causal, KV cache) and, with a soft-cap, ``Gemma2Attention``
-  (adapters/torchtune/attention.py). Gemma2Attention scales q in place in the input dtype, multiplies, caps
-  and adds the mask in the input dtype (the softmax in float32): ``unfused`` ``attention``. Causal attention
+* ``attention`` — ``MultiHeadAttention`` (GQA, causal, KV cache) and, with a soft-cap or an explicit scale,
+  ``Gemma2Attention`` (adapters/torchtune/attention.py). Gemma2Attention scales q in place in the input
+  dtype, multiplies, caps and adds the mask in the input dtype (the softmax in float32): ``unfused``
+  ``attention``. Causal attention
   with fewer queries than keys runs through the KV cache with the decoder's mask rows: bottom-right;
 * ``cross_entropy_mean`` — ``torchtune.modules.loss.CEWithChunkedOutputLoss`` (8 chunks, as the recipes
   use it): each chunk's ``F.cross_entropy(logits.float(), reduction="sum")``, the sums added in float32 and
@@ -88,8 +90,18 @@ def check_version(found: str = TORCHTUNE_VERSION) -> None:
         )
 
 
-@lru_cache(maxsize=16)
+#: The longest cache built whole: 2^20 positions (512 MiB of cos and sin at width 128). Past it the module's
+#: cache holds only the rows of the positions asked for (``far_rows``), where the whole table would take
+#: gigabytes a call (positions to 2^24 − 1 are drawn).
+WHOLE_CACHE = 1 << 20
+
+
+@lru_cache(maxsize=4)
 def _rope_module(rd: int, base: float, length: int, scaling: tuple[tuple[str, Any], ...]) -> nn.Module:
+    return _new_rope_module(rd, base, length, scaling)
+
+
+def _new_rope_module(rd: int, base: float, length: int, scaling: tuple[tuple[str, Any], ...]) -> nn.Module:
     """torchtune's RoPE module of width ``rd`` whose cache covers positions 0 … length − 1 (built in float32,
     as rope_init builds it whatever the default dtype)."""
     if not scaling:
@@ -108,6 +120,18 @@ def _rope_module(rd: int, base: float, length: int, scaling: tuple[tuple[str, An
     )
 
 
+def far_rows(module: nn.Module, positions: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
+    """``module`` (a fresh one) with a cache of the rows of ``positions`` alone, each built as the module's
+    ``build_rope_cache`` builds every row — the float32 outer product of the position with the module's own θ
+    (its scaling applied), then cos and sin — and the indices of those rows for ``input_pos``
+    (tests/test_adapters_torchtune.py checks them bit for bit against the whole cache's)."""
+    kept, rows = torch.unique(positions, return_inverse=True)
+    theta = module.theta
+    idx_theta = torch.einsum("i, j -> ij", kept.to(theta.dtype), theta).float()
+    module.register_buffer("cache", torch.stack([torch.cos(idx_theta), torch.sin(idx_theta)], dim=-1), False)
+    return module, rows
+
+
 def torchtune_rope(
     x: torch.Tensor,
     positions: torch.Tensor,
@@ -119,9 +143,14 @@ def torchtune_rope(
     t, d = x.shape[-2:]
     rd = d if rotary_dim is None else rotary_dim
     key = tuple(sorted((scaling or {}).items()))
-    module = _rope_module(rd, float(base), int(positions.max()) + 1, key).to(x.device)
+    length = int(positions.max()) + 1
     heads = x.reshape(-1, t, d).transpose(0, 1)[None]  # (1, T, n_h, d)
-    rotated = module(heads[..., :rd], input_pos=positions[None, :])
+    if length <= WHOLE_CACHE:
+        module = _rope_module(rd, float(base), length, key).to(x.device)
+        rotated = module(heads[..., :rd], input_pos=positions[None, :])
+    else:
+        module, rows = far_rows(_new_rope_module(rd, float(base), 1, key), positions)
+        rotated = module.to(x.device)(heads[..., :rd], input_pos=rows[None, :])
     out = torch.cat((rotated, heads[..., rd:]), dim=-1)
     return out[0].transpose(0, 1).reshape(x.shape)
 

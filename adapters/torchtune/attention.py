@@ -16,9 +16,10 @@ seed-000 §A modern decoder block).
   from ``input_pos`` (``causal_mask[None, input_pos]``). So the causal alignment is bottom-right. The cache
   has no backward (``KVCache.update`` advances the position index it indexed with, in place): gradients
   come from the same mask rows over all the keys at once, as in chunked prefill without a cache.
-* ``Gemma2Attention`` (``torchtune.models.gemma2``) when a soft-cap is asked for: the only torchtune
-  attention with logit soft-capping (``softcapping``), computed as Gemma 2's builders make it, with the
-  same masks and cache (its default mask, ``tril(s_x, s_x)``, is the training case).
+* ``Gemma2Attention`` (``torchtune.models.gemma2``) when a soft-cap or a scale is asked for: the only torchtune
+  attention with logit soft-capping (``softcapping``) or a scale other than 1/√head_dim
+  (``query_pre_attn_scalar``, scaling by its −½ power: the scale s is given as s⁻²), computed as Gemma 2's
+  builders make it, with the same masks and cache (its default mask, ``tril(s_x, s_x)``, is the training case).
 
 Both take one ``head_dim`` for q, k and v. A value width D_v other than D is run as ⌈D_v/D⌉ calls, each on
 a D-wide slice of v (the last one zero-padded): the output is linear in v, the softmax the same in each.
@@ -43,7 +44,7 @@ class _Take(nn.Module):
         return y[..., self.start : self.stop]
 
 
-def _module(hq: int, hkv: int, d: int, causal: bool, softcap: float | None) -> nn.Module:
+def _module(hq: int, hkv: int, d: int, causal: bool, softcap: float | None, scale: float | None) -> nn.Module:
     common = {
         "embed_dim": hq * d,
         "num_heads": hq,
@@ -55,12 +56,19 @@ def _module(hq: int, hkv: int, d: int, causal: bool, softcap: float | None) -> n
         "output_proj": nn.Identity(),
         "is_causal": causal,
     }
-    if softcap is None:
+    if softcap is None and scale is None:
         return MultiHeadAttention(**common)
-    return Gemma2Attention(**common, softcapping=float(softcap))
+    return Gemma2Attention(
+        **common,
+        softcapping=None if softcap is None else float(softcap),
+        # the scale Gemma 2's builders set through query_pre_attn_scalar: it scales by query_pre_attn_scalar^-0.5
+        query_pre_attn_scalar=None if scale is None else float(scale) ** -2,  # type: ignore[arg-type]
+    )
 
 
-def _one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softcap: float | None) -> torch.Tensor:
+def _one(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softcap: float | None, scale: float | None
+) -> torch.Tensor:
     """One call of a torchtune attention module on q (B, Hq, Lq, D), k and v (B, Hkv, Lk, D)."""
     b, hq, lq, d = q.shape
     hkv, lk = k.shape[1], k.shape[2]
@@ -68,7 +76,7 @@ def _one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softca
     # Gemma2Attention's in-place scaling of its q never reaches the suite's tensors
     x = q.transpose(1, 2).reshape(b, lq, hq * d).clone()
     y = torch.cat((k.transpose(1, 2).reshape(b, lk, hkv * d), v.transpose(1, 2).reshape(b, lk, hkv * d)), dim=-1)
-    module = _module(hq, hkv, d, causal, softcap).to(q.device)
+    module = _module(hq, hkv, d, causal, softcap, scale).to(q.device)
     if causal and lq < lk:
         # the rows of the decoder's causal mask at the queries' positions lk − lq … lk − 1
         mask = torch.tril(torch.ones(lk, lk, dtype=torch.bool, device=q.device))
@@ -82,7 +90,7 @@ def _one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softca
             module.setup_cache(b, q.dtype, lk)  # type: ignore[operator]
             module(torch.zeros(b, p, hq * d, dtype=q.dtype, device=q.device), y[:, :p], mask=mask[None, :p])
             out = module(x, y[:, p:], mask=mask[None, p:])
-    elif not causal and softcap is not None:
+    elif not causal and isinstance(module, Gemma2Attention):
         # Gemma2Attention ignores is_causal: without a mask it applies its own causal one
         out = module(x, y, mask=torch.ones(b, lq, lk, dtype=torch.bool, device=q.device))
     else:
@@ -99,8 +107,6 @@ def torchtune_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """The contract's attention, (B, Hq, Lq, D_v), through torchtune's attention modules (module docstring)."""
-    if scale is not None:
-        raise ValueError("torchtune's attention modules scale by 1/√head_dim only; an explicit scale is not supported")
     d, dv = q.shape[-1], v.shape[-1]
     parts = []
     for start in range(0, dv, d):
@@ -108,5 +114,5 @@ def torchtune_attention(
         width = chunk.shape[-1]
         if width < d:
             chunk = nn.functional.pad(chunk, (0, d - width))
-        parts.append(_one(q, k, chunk, causal, softcap)[..., :width])
+        parts.append(_one(q, k, chunk, causal, softcap, scale)[..., :width])
     return torch.cat(parts, dim=-1)
