@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from transformer_conformance.adapters.registry import BUILTIN  # noqa: E402
+from transformer_conformance.adapters.registry import BUILTIN, expand  # noqa: E402
 from transformer_conformance.conformance.runner.expectations import load  # noqa: E402
 from transformer_conformance.reports.writer import atomic_write  # noqa: E402
 
@@ -36,8 +36,10 @@ EXPECTATIONS = ROOT / "expectations"
 
 
 def expectation_files(adapters: list[str]) -> list[Path]:
-    """The built-in expectation files with an entry for one of ``adapters``."""
-    return [p for p in sorted(EXPECTATIONS.glob("*.toml")) if any(e.adapter in adapters for e in load(p))]
+    """The built-in expectation files with an entry for one of ``adapters`` (a group, ``hf-families``, stands for
+    its members)."""
+    names = set(expand(adapters))
+    return [p for p in sorted(EXPECTATIONS.glob("*.toml")) if any(e.adapter in names for e in load(p))]
 
 
 def run_seed(

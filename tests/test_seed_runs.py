@@ -1,0 +1,16 @@
+"""``mutants/seeds.py`` (the no-false-alarm run): it passes the built-in expectation files that name an adapter of
+the run, a group standing for its members (docs/seeds.md)."""
+
+from __future__ import annotations
+
+from mutants.seeds import expectation_files
+
+
+def test_the_files_naming_an_adapter_are_passed() -> None:
+    assert [p.name for p in expectation_files(["mlx"])] == ["mlx.toml"]
+    assert expectation_files(["numpy"]) == []
+
+
+def test_a_group_stands_for_its_members() -> None:
+    """hf-families names no entry itself; its members' known failures are in hf.toml."""
+    assert [p.name for p in expectation_files(["hf-families"])] == ["hf.toml"]
