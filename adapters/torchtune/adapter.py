@@ -25,8 +25,8 @@ test — and given the suite's parameters; gradients come from autograd:
 * ``attention`` — ``MultiHeadAttention`` (GQA, causal, KV cache) and, with a soft-cap or an explicit scale,
   ``Gemma2Attention`` (adapters/torchtune/attention.py). Gemma2Attention scales q in place in the input
   dtype, multiplies, caps and adds the mask in the input dtype (the softmax in float32): ``unfused``
-  ``attention``. Causal attention
-  with fewer queries than keys runs through the KV cache with the decoder's mask rows: bottom-right;
+  ``attention``. Causal attention with fewer queries than keys runs through the KV cache with the decoder's
+  mask rows: bottom-right;
 * ``cross_entropy_mean`` — ``torchtune.modules.loss.CEWithChunkedOutputLoss`` (8 chunks, as the recipes
   use it): each chunk's ``F.cross_entropy(logits.float(), reduction="sum")``, the sums added in float32 and
   divided by the number of non-ignored tokens. The loss is float32; it is returned in the input dtype
