@@ -35,10 +35,16 @@ from transformer_conformance.reports.writer import atomic_write  # noqa: E402
 EXPECTATIONS = ROOT / "expectations"
 
 
+def adapter_names(values: list[str]) -> list[str]:
+    """The adapters named by ``--adapter`` values, each a name or a comma-separated list of them (as the suite's
+    own ``--adapter`` takes)."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
 def expectation_files(adapters: list[str]) -> list[Path]:
     """The built-in expectation files with an entry for one of ``adapters`` (a group, ``hf-families``, stands for
     its members)."""
-    names = set(expand(adapters))
+    names = set(expand(adapter_names(adapters)))
     return [p for p in sorted(EXPECTATIONS.glob("*.toml")) if any(e.adapter in names for e in load(p))]
 
 
@@ -110,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
     ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
-    ap.add_argument("--adapter", action="append", default=[], help="adapters (default: every built-in)")
+    ap.add_argument(
+        "--adapter", action="append", default=[], help="adapters, repeated or comma-separated (default: every built-in)"
+    )
     ap.add_argument(
         "--behaviour", action="append", default=[], help="only these behaviours' checks (default: every behaviour)"
     )
@@ -123,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-expectations", action="store_true", help="do not pass expectations/*.toml: every failure counts"
     )
     args = ap.parse_args(argv)
-    adapters = args.adapter or sorted(BUILTIN)
+    adapters = adapter_names(args.adapter) or sorted(BUILTIN)
     args.out.mkdir(parents=True, exist_ok=True)
     expect = [] if args.no_expectations else expectation_files(adapters)
 
