@@ -52,8 +52,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def expand(specs: list[str]) -> list[str]:
-    """The adapter specs with each group name replaced by its members."""
-    return [name for spec in specs for name in GROUPS.get(spec, (spec,))]
+    """The adapter specs, each a name or a comma-separated list of them (as ``--adapter`` takes), with each group
+    name replaced by its members."""
+    names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
+    return [name for spec in names for name in GROUPS.get(spec, (spec,))]
 
 
 #: Default adapters of a conformance run.

@@ -35,16 +35,10 @@ from transformer_conformance.reports.writer import atomic_write  # noqa: E402
 EXPECTATIONS = ROOT / "expectations"
 
 
-def adapter_names(values: list[str]) -> list[str]:
-    """The adapters named by ``--adapter`` values, each a name or a comma-separated list of them (as the suite's
-    own ``--adapter`` takes)."""
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
-
-
 def expectation_files(adapters: list[str]) -> list[Path]:
-    """The built-in expectation files with an entry for one of ``adapters`` (a group, ``hf-families``, stands for
-    its members)."""
-    names = set(expand(adapter_names(adapters)))
+    """The built-in expectation files with an entry for one of ``adapters`` (each a name or a comma-separated list;
+    a group, ``hf-families``, stands for its members)."""
+    names = set(expand(adapters))
     return [p for p in sorted(EXPECTATIONS.glob("*.toml")) if any(e.adapter in names for e in load(p))]
 
 
@@ -131,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-expectations", action="store_true", help="do not pass expectations/*.toml: every failure counts"
     )
     args = ap.parse_args(argv)
-    adapters = adapter_names(args.adapter) or sorted(BUILTIN)
+    adapters = args.adapter or sorted(BUILTIN)
     args.out.mkdir(parents=True, exist_ok=True)
     expect = [] if args.no_expectations else expectation_files(adapters)
 

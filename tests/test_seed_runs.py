@@ -3,7 +3,8 @@ the run, a group standing for its members (docs/seeds.md)."""
 
 from __future__ import annotations
 
-from mutants.seeds import adapter_names, expectation_files
+from mutants.seeds import expectation_files
+from transformer_conformance.adapters.registry import expand
 
 
 def test_the_files_naming_an_adapter_are_passed() -> None:
@@ -18,5 +19,5 @@ def test_a_group_stands_for_its_members() -> None:
 
 def test_a_comma_separated_adapter_list_is_split() -> None:
     """``--adapter mlx,numpy`` names two adapters, as the suite's own option does: mlx's file is passed."""
-    assert adapter_names(["mlx,numpy", " torch "]) == ["mlx", "numpy", "torch"]
+    assert expand(["mlx,numpy", " torch "]) == ["mlx", "numpy", "torch"]
     assert [p.name for p in expectation_files(["numpy,mlx"])] == ["mlx.toml"]
