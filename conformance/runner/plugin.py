@@ -152,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for b in _split(config.getoption("behaviour")):
         if b not in BEHAVIOURS:
             raise pytest.UsageError(f"unknown behaviour {b!r}; expected one of {', '.join(BEHAVIOURS)}")
-    specs = expand(_split(config.getoption("adapter"))) or list(DEFAULT)
+    specs = expand(config.getoption("adapter")) or list(DEFAULT)
     interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton/env.py)
     adapters: list[Adapter] = []
     for spec in specs:
