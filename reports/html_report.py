@@ -288,7 +288,9 @@ def expectations_section(report: dict[str, Any]) -> str:
         ('<tr class="unmatched">' if e["matched"] == 0 else "<tr>") + f"<td><code>{esc(e['file'])}</code></td>"
         f"<td>{esc(e['entry'])}</td><td><code>{esc(e['check'])}</code></td>"
         f"<td>{esc(', '.join(e['dtype']) if e['dtype'] else 'every')}</td><td>{esc(e['adapter'] or 'every')}</td>"
-        f"<td>{esc(e['status'])}</td><td>{esc(e['reason'])}</td>"
+        f"<td>{esc(e['status'])}"
+        + (f", failures matching <code>{esc(e['match'])}</code>" if e.get("match") else "")
+        + f"</td><td>{esc(e['reason'])}</td>"
         f"<td>{esc(e['matched']) if e['matched'] else '<strong>none</strong>'}</td></tr>"
         for e in entries
     )

@@ -69,6 +69,11 @@ def _failure_block(c: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _matching(e: dict[str, Any]) -> str:
+    """A "fail" entry's ``match``, as its status cell shows it (the failures it lists)."""
+    return f", failures matching {_esc(e['match'])}" if e.get("match") else ""
+
+
 def _expectations(report: dict[str, Any]) -> list[str]:
     entries = (report.get("expectations") or {}).get("entries") or []
     if not entries:
@@ -87,7 +92,7 @@ def _expectations(report: dict[str, Any]) -> list[str]:
         matched = str(e["matched"]) if e["matched"] else "**none**"
         lines.append(
             f"| {_esc(e['file'])} | {e['entry']} | {_esc(e['check'])} | {dtype} | {_esc(e['adapter'] or 'every')} "
-            f"| {e['status']} | {_esc(e['reason'])} | {matched} |"
+            f"| {e['status']}{_matching(e)} | {_esc(e['reason'])} | {matched} |"
         )
     unmatched = [e for e in entries if not e["matched"]]
     if unmatched:

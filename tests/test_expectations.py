@@ -26,6 +26,7 @@ check = "z_loss/value"
 adapter = "z-loss-linear"
 status = "fail"
 reason = "z-loss computed as alpha*z"
+match = "^z_loss output: got .* should be "
 
 [[expect]]
 check = "z_loss/gradient"
@@ -95,6 +96,15 @@ reason = "r3"
     assert expectations.decide(entries, "rope/forward", "rope", "jax", "float32") is None
 
 
+def test_match_covers_every_distinct_failure() -> None:
+    """With ``match``, a failure is the known one only if every distinct failure of the check contains it."""
+    (listed,) = expectations.parse("[[expect]]\n" + ENTRY + 'match = "got (nan|-?inf)"\n', "m.toml")
+    assert listed.describes(["∂L/∂x: got nan at (0, 0), should be 1"])
+    assert not listed.describes(["∂L/∂x: got nan at (0, 0)", "output: got 3 at (1,), should be 2"])
+    (anything,) = expectations.parse("[[expect]]\n" + ENTRY, "m.toml")
+    assert anything.match is None and anything.describes(["output: got 3 at (1,), should be 2"])
+
+
 def test_shipped_files_parse() -> None:
     """The expectation files of the built-in adapters are valid, and each entry names a built-in adapter."""
     from transformer_conformance.adapters.registry import BUILTIN
@@ -126,6 +136,9 @@ ENTRY = 'check = "rms_norm/forward"\nstatus = "fail"\nreason = "r"\n'
         ("[[expect]]\n" + ENTRY + 'dtype = "float8"\n', "unknown dtype 'float8'; expected one of float32"),
         ('[[expect]]\nstatus = "fail"\nreason = "r"\n', "entry 1: 'check' is required"),
         ("[[expects]]\n" + ENTRY, "unknown top-level key 'expects'"),
+        ("[[expect]]\n" + ENTRY + 'match = "got (nan"\n', "'match' 'got (nan' is not a regular expression: "),
+        ("[[expect]]\n" + ENTRY + 'match = ""\n', "'match' must be a non-empty regular expression"),
+        ('[[expect]]\ncheck = "rms_norm"\nstatus = "skip"\nreason = "r"\nmatch = "nan"\n', "'match' belongs to"),
     ],
     ids=[
         "missing-file",
@@ -138,6 +151,9 @@ ENTRY = 'check = "rms_norm/forward"\nstatus = "fail"\nreason = "r"\n'
         "bad-dtype",
         "no-check",
         "top-level-key",
+        "bad-match",
+        "empty-match",
+        "match-on-skip",
     ],
 )
 def test_malformed_file_is_one_line(tmp_path: Path, text: str | None, expected: str) -> None:
@@ -232,9 +248,28 @@ def test_new_failure_fails_the_run(tmp_path: Path) -> None:
     assert [c["status"] for c in run.checks(check="z_loss/gradient")] == ["failed"]
 
 
-def test_known_crash(tmp_path: Path) -> None:
-    """A candidate that ends its process, listed as a known failure: the crash is known, the run passes."""
-    path = _write(tmp_path, '[[expect]]\ncheck = "rms_norm/forward"\nstatus = "fail"\nreason = "exits"\n')
+def test_match_not_found_is_a_new_failure(tmp_path: Path) -> None:
+    """A "fail" entry whose match is not in the failure's message does not cover it: the check fails, its
+    message says which entry did not match, and the entry is not shown as deciding it."""
+    path = _write(tmp_path, '[[expect]]\ncheck = "z_loss/value"\nstatus = "fail"\nreason = "r"\nmatch = "got nan"\n')
+    run = run_suite(tmp_path / "out", *ZLOSS, "-k", "value", "--expectations", str(path))
+    assert run.returncode == 1 and run.report["verdict"] == "non-conformant", run.stdout[-2000:]
+    (c,) = run.checks(check="z_loss/value")
+    assert c["status"] == "failed" and "expectation" not in c, c
+    assert c["message"].endswith(f"(not the known failure of {path} entry 1: its match 'got nan' is not in it)")
+    assert run.report["expectations"]["entries"][0]["match"] == "got nan"
+    assert validate(run.report) == []
+    assert ", failures matching got nan" in (run.report_dir / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("match", "status"), [(None, "known_failure"), ("ended the process", "known_failure"), ("overflow", "failed")]
+)
+def test_known_crash(tmp_path: Path, match: str | None, status: str) -> None:
+    """A candidate that ends its process, listed as a known failure: the crash is known, the run passes
+    (with a ``match``, only when the expression is in the crash's message)."""
+    entry = '[[expect]]\ncheck = "rms_norm/forward"\nstatus = "fail"\nreason = "exits"\n'
+    path = _write(tmp_path, entry + (f'match = "{match}"\n' if match else ""))
     run = run_suite(
         tmp_path / "out",
         "--adapter=tests.faulty:EndsProcess",
@@ -247,9 +282,10 @@ def test_known_crash(tmp_path: Path) -> None:
         str(path),
         "test_rmsnorm.py",
     )
-    assert run.returncode == 0, run.stdout[-2000:]
+    assert run.returncode == (status == "failed"), run.stdout[-2000:]
     (c,) = run.checks(check="rms_norm/forward")
-    assert c["status"] == "known_failure" and "ended the process" in c["message"]
+    assert c["status"] == status and "ended the process" in c["message"]
+    assert ("expectation" in c) == (status == "known_failure")
 
 
 def test_junit_is_valid(known_run: Run) -> None:

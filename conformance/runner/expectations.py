@@ -8,6 +8,7 @@ A TOML file of ``[[expect]]`` entries, read with the standard library's ``tomlli
     adapter = "jax"                # optional: omitted = every adapter in the run
     status = "fail"                # "fail": known failure; "skip": do not run
     reason = "why"                 # required, not empty
+    match = "got nan"              # optional ("fail" only): a regular expression every failure's message must contain
 
 :func:`load` turns a file into :class:`Entry` values or raises :class:`ExpectationError` with one line
 saying what is wrong; :func:`decide` picks the entry that decides a check's verdict.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from transformer_conformance.reference.formats import TESTED_DTYPES
 FAIL = "fail"
 SKIP = "skip"
 STATUSES = (FAIL, SKIP)
-KEYS = ("check", "dtype", "adapter", "status", "reason")
+KEYS = ("check", "dtype", "adapter", "status", "reason", "match")
 _HEADER = re.compile(r"^\s*\[\[\s*[\"']?expect[\"']?\s*\]\]")
 
 
@@ -52,6 +53,7 @@ class Entry:
     status: str  # FAIL or SKIP
     reason: str
     line: int = 1  # the line of its [[expect]] header, where warnings point
+    match: str | None = None  # a "fail" entry's regular expression; None: any failure of the check is the known one
 
     @property
     def behaviour(self) -> str | None:
@@ -70,6 +72,11 @@ class Entry:
             return check_id == self.check
         return behaviour == prefix or check_id.startswith(prefix + "/")
 
+    def describes(self, messages: Sequence[str]) -> bool:
+        """Whether failures with these messages (one per distinct failure the check found) are the known failure:
+        always without ``match``, else when the expression is found (``re.search``) in every message."""
+        return describes(self.match, messages)
+
     def label(self) -> str:
         """How warnings and reports name the entry: the file, its position and its selector."""
         parts = [f"check {self.check!r}"]
@@ -77,11 +84,14 @@ class Entry:
             parts.append(f"dtype {', '.join(self.dtypes)}")
         if self.adapter is not None:
             parts.append(f"adapter {self.adapter}")
+        if self.match is not None:
+            parts.append(f"match {self.match!r}")
         return f"{self.file} entry {self.index} ({'; '.join(parts)}; status {self.status})"
 
     def ref(self) -> dict[str, Any]:
         """What a check decided by this entry carries in report.json."""
-        return {"file": self.file, "entry": self.index, "status": self.status, "reason": self.reason}
+        ref = {"file": self.file, "entry": self.index, "status": self.status, "reason": self.reason}
+        return ref | ({"match": self.match} if self.match is not None else {})
 
     def to_json(self, matched: int) -> dict[str, Any]:
         return {
@@ -92,8 +102,19 @@ class Entry:
             "adapter": self.adapter,
             "status": self.status,
             "reason": self.reason,
+            **({"match": self.match} if self.match is not None else {}),
             "matched": matched,
         }
+
+
+def describes(match: str | None, messages: Sequence[str]) -> bool:
+    """Whether every message contains the regular expression ``match`` (``re.search``); True for no expression."""
+    return match is None or all(re.search(match, m) for m in messages)
+
+
+def unlisted(ref: Mapping[str, Any]) -> str:
+    """The note added to a failure a "fail" entry (``ref``: its :meth:`Entry.ref`) does not describe."""
+    return f"(not the known failure of {ref['file']} entry {ref['entry']}: its match {ref['match']!r} is not in it)"
 
 
 def _fail(where: str, problem: str) -> ExpectationError:
@@ -137,7 +158,17 @@ def _entry(raw: Any, file: str, index: int, line: int) -> Entry:
     reason = raw.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise _fail(where, "'reason' is required and must not be empty: say why the check fails or is skipped")
-    return Entry(file, index, check, dtypes, adapter, status, reason.strip(), line)
+    match = raw.get("match")
+    if match is not None:
+        if not isinstance(match, str) or not match:
+            raise _fail(where, "'match' must be a non-empty regular expression (omit it: any failure of the check)")
+        if status != FAIL:
+            raise _fail(where, "'match' belongs to a \"fail\" entry: it says which failure is the known one")
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise _fail(where, f"'match' {match!r} is not a regular expression: {exc}") from None
+    return Entry(file, index, check, dtypes, adapter, status, reason.strip(), line, match)
 
 
 def parse(text: str, file: str) -> list[Entry]:
