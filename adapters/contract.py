@@ -32,6 +32,7 @@ import numpy as np
 from transformer_conformance.reference.blocks import BLOCK_INPUTS, PLACEMENTS
 from transformer_conformance.reference.linear_losses import REDUCTIONS
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
+from transformer_conformance.reference.moe import NORMS, SCORES
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
 
@@ -138,6 +139,40 @@ OPS: dict[str, OpSpec] = {
         params=("causal", "softcap", "base"),
         summary="attention on RoPE(q, q_positions) and RoPE(k, k_positions) in the declared layout; v not rotated.",
     ),
+    "sliding_window_attention": OpSpec(
+        ("q", "k", "v"),
+        params=("window", "softcap", "scale"),
+        summary="causal attention (shapes, GQA, softcap and scale as attention) in which the query at token p sees key "
+        "j only if p − j < W (window W, the query's own token counted) or ≤ W (its own not counted), as declared "
+        "(sliding_window); query i is token i + L_k − L_q bottom-right, i top-left. Output (B, Hq, Lq, Dv).",
+    ),
+    "chunked_attention": OpSpec(
+        ("q", "k", "v"),
+        params=("chunk", "scale"),
+        summary="causal attention in which the query at token p sees key j only if ⌊j/C⌋ = ⌊p/C⌋ (chunk C, Llama 4's "
+        "local layers); positions as sliding_window_attention. Output (B, Hq, Lq, Dv).",
+    ),
+    "sink_attention": OpSpec(
+        ("q", "k", "v", "sinks"),
+        params=("causal", "window", "scale"),
+        summary="attention with sinks (H_q,), one logit per query head joining the softmax and dropped after it: "
+        "Σ_j e^{s_j} v_j / (Σ_j e^{s_j} + e^{σ_h}); causal bool, window W or None (causal and sliding, as "
+        "sliding_window_attention). Output (B, Hq, Lq, Dv).",
+    ),
+    "moe_router": OpSpec(
+        ("logits", "bias"),
+        params=("k", "score", "norm", "routed_scaling_factor", "n_group", "topk_group"),
+        summary="logits (N, E), bias (E,): dense combine weights (N, E) — score s = softmax or sigmoid of the logits; "
+        "each token selects the top k of s + bias (the bias selects only), within its topk_group best of n_group "
+        "groups of consecutive experts (a group scored by its two highest s + bias) when n_group is an int; weight "
+        "routed_scaling_factor·s on the selected, divided by their sum when norm is 'topk', exactly 0 elsewhere.",
+    ),
+    "moe_aux_loss": OpSpec(
+        ("logits",),
+        params=("k",),
+        summary="logits (N, E): the load-balancing loss E·Σ_e f_e·P_e of a softmax top-k router, P_e the mean "
+        "probability of expert e, f_e the fraction routed to it (as declared: aux_loss_fraction); a 0-d array.",
+    ),
     "mlp": OpSpec(
         ("x", "w_in", "w_out"),
         params=("activation",),
@@ -215,6 +250,8 @@ NormRounding = Literal["single", "before_weight"]
 Variance = Literal["two_pass", "one_pass"]
 EpsDefault = float | Literal["finfo"]
 CausalAlignment = Literal["bottom_right", "top_left"]
+SlidingWindow = Literal["inclusive", "exclusive"]
+AuxLossFraction = Literal["per_token", "per_assignment"]
 
 
 @dataclass(frozen=True)
@@ -270,6 +307,14 @@ class Conventions:
     #: of L_q sees keys ≤ i + L_k − L_q, as decoding with a KV cache needs) or "top_left" (keys ≤ i, as
     #: is_causal in torch's and JAX's fused attention).
     causal_alignment: CausalAlignment = "bottom_right"
+    #: What a sliding window of W counts: "inclusive" — W keys, the query's own token among them (p − j < W: HF
+    #: transformers' sliding_window, mlx-lm, Mistral's and Gemma's model code); "exclusive" — W keys before the
+    #: query's own, W + 1 in all (p − j ≤ W: flash-attention's window_size=(W, 0), JAX's local_window_size).
+    sliding_window: SlidingWindow = "inclusive"
+    #: What f_e of the MoE load-balancing loss E·Σ f_e·P_e counts with k experts per token: "per_token" — the
+    #: fraction of tokens that selected e, Σ f_e = k (HF transformers' load_balancing_loss_func: Mixtral, Qwen-MoE,
+    #: OLMoE); "per_assignment" — the fraction of the N·k assignments, Σ f_e = 1 (Megatron-Core's switch loss).
+    aux_loss_fraction: AuxLossFraction = "per_token"
     #: Means over valid tokens ("linear_cross_entropy", "z_loss_mean") that are 0 when every token is ignored,
     #: with zero gradients (Liger-Kernel's kernels); any other is NaN there, 0/0 (torch's F.cross_entropy).
     zero_when_all_ignored: frozenset[str] = frozenset()
@@ -291,6 +336,8 @@ class Conventions:
             "grad_in_forward": sorted(self.grad_in_forward),
             "exp_via_exp2": sorted(self.exp_via_exp2),
             "causal_alignment": self.causal_alignment,
+            "sliding_window": self.sliding_window,
+            "aux_loss_fraction": self.aux_loss_fraction,
             "zero_when_all_ignored": sorted(self.zero_when_all_ignored),
         }
 
@@ -308,6 +355,15 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
     "block": {"placement": PLACEMENTS},
     "linear_cross_entropy": {"reduction": REDUCTIONS},
     "attention": {"softcap": SOFTCAPS},
+    "sliding_window_attention": {"softcap": SOFTCAPS},
+    # the selection: top_k of the scores (bias 0), of score + bias, or group-limited; the routed scaling factor: 1
+    # ("none") or a factor
+    "moe_router": {
+        "score": SCORES,
+        "norm": NORMS,
+        "selection": ("top_k", "bias", "groups"),
+        "routed_scaling": ("none", "factor"),
+    },
 }
 
 

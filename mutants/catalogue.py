@@ -42,6 +42,7 @@ from mutants.building_blocks import (
 )
 from mutants.split_k import SplitKInputGrad, split_k_matmul
 from transformer_conformance.adapters.torch import blocks as torch_blocks
+from transformer_conformance.adapters.torch import local_attention as torch_local
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
 from transformer_conformance.adapters.torch.positions import alibi_slopes, rope_scaled_inv_freq
@@ -57,6 +58,11 @@ BEHAVIOURS: dict[str, str] = {
     "cross_entropy": "test_losses.py",
     "z_loss": "test_losses.py",
     "attention": "test_attention.py",
+    "sliding_window": "test_local_attention.py",
+    "chunked_attention": "test_local_attention.py",
+    "attention_sinks": "test_local_attention.py",
+    "moe_routing": "test_moe.py",
+    "moe_aux_loss": "test_moe.py",
     "linear_cross_entropy": "test_linear_losses.py",
     "z_loss_mean": "test_linear_losses.py",
     "mlp": "test_mlp.py",
@@ -1680,6 +1686,310 @@ def rope_dynamic_ntk_stale_base(a: MutantAdapter) -> None:
         return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq, factor)
 
     a.impl["rope_scaled"] = rope_scaled
+
+
+# ------------------------------------------------------------------------------ sliding-window, chunked and sinks
+
+
+def _window_attention(a: MutantAdapter, keep: Callable[[T, T, int], T]) -> None:
+    """sliding_window_attention with the causal window mask replaced by ``keep(p, j, W)`` of the token positions."""
+
+    def sliding_window_attention(
+        q: T, k: T, v: T, window: int, softcap: float | None = None, scale: float | None = None
+    ) -> T:
+        p, j = torch_local.positions(q.shape[-2], k.shape[-2], q.device, a.conventions.causal_alignment)
+        mask = keep(p, j, window)
+        return torch_local.masked_f32(q.float(), k.float(), v.float(), mask, softcap, scale).to(q.dtype)
+
+    a.impl["sliding_window_attention"] = sliding_window_attention
+
+
+@mutant(
+    "sliding_window",
+    "sliding-window/forward",
+    "a window of W attends W + 1 keys (p − j ≤ W) while declaring W keys, the query's own counted (mlx-lm's window "
+    "mask one too many, SGLang's Gemma window one larger)",
+)
+def sliding_window_one_too_many(a: MutantAdapter) -> None:
+    _window_attention(a, lambda p, j, w: (j <= p) & (p - j <= w))
+
+
+@mutant(
+    "sliding_window",
+    "sliding-window/outside-keys",
+    "the window as a band |p − j| < W without the causal mask (a flash path's window_size=(W, W): 2W − 1 keys)",
+)
+def sliding_window_band(a: MutantAdapter) -> None:
+    _window_attention(a, lambda p, j, w: (p - j).abs() < w)
+
+
+@mutant(
+    "sliding_window",
+    "sliding-window/forward",
+    "the window measured from the query's index in the call, not its token position (right when L_q = L_k, and "
+    "against a rolling cache no longer than the window: wrong for a chunk of queries after a longer prefix)",
+)
+def sliding_window_query_index(a: MutantAdapter) -> None:
+    _window_attention(a, lambda p, j, w: (j <= p) & ((p - p[0]) - j < w))  # p − p[0]: the query's index
+
+
+@mutant(
+    "sliding_window",
+    "sliding-window/regime-forward",
+    "a block-sparse kernel that keeps every tile of 64 keys the window touches whole (keys up to 63 before the "
+    "window still attended)",
+)
+def sliding_window_whole_tiles(a: MutantAdapter) -> None:
+    _window_attention(a, lambda p, j, w: (j <= p) & (torch.div(j, 64, rounding_mode="floor") * 64 + 63 > p - w))
+
+
+@mutant(
+    "chunked_attention",
+    "chunked/forward",
+    "the query's chunk taken from its index in the call, not its token position (⌊i/C⌋ for ⌊p/C⌋)",
+)
+def chunked_query_index(a: MutantAdapter) -> None:
+    def chunked_attention(q: T, k: T, v: T, chunk: int, scale: float | None = None) -> T:
+        lq, lk = q.shape[-2], k.shape[-2]
+        p, j = torch_local.positions(lq, lk, q.device, a.conventions.causal_alignment)
+        i = torch.arange(lq, device=q.device)[:, None]
+        mask = (j <= p) & (torch.div(j, chunk, rounding_mode="floor") == torch.div(i, chunk, rounding_mode="floor"))
+        return torch_local.masked_f32(q.float(), k.float(), v.float(), mask, None, scale).to(q.dtype)
+
+    a.impl["chunked_attention"] = chunked_attention
+
+
+@mutant(
+    "chunked_attention",
+    "chunked/long-chunk-is-causal",
+    "no mask at all once one chunk covers the call (a 'nothing to chunk' shortcut that drops the causal mask too)",
+)
+def chunked_single_chunk_unmasked(a: MutantAdapter) -> None:
+    plain = a.impl["chunked_attention"]
+
+    def chunked_attention(q: T, k: T, v: T, chunk: int, scale: float | None = None) -> T:
+        if chunk >= k.shape[-2]:
+            return torch_local.masked_f32(q.float(), k.float(), v.float(), None, None, scale).to(q.dtype)
+        return plain(q, k, v, chunk, scale)
+
+    a.impl["chunked_attention"] = chunked_attention
+
+
+def _sink_attention(a: MutantAdapter, probs: Callable[[T, T], T]) -> None:
+    """sink_attention with the weights of the (masked) logits and the sink column computed by ``probs(s, sinks)``."""
+
+    def sink_attention(
+        q: T, k: T, v: T, sinks: T, causal: bool = True, window: int | None = None, scale: float | None = None
+    ) -> T:
+        qf, kf, vf = q.float(), k.float(), v.float()
+        rep = qf.shape[1] // kf.shape[1]
+        kf, vf = kf.repeat_interleave(rep, dim=1), vf.repeat_interleave(rep, dim=1)
+        s = (qf @ kf.transpose(-1, -2)) * (qf.shape[-1] ** -0.5 if scale is None else scale)
+        if causal or window is not None:
+            lq, lk = s.shape[-2], s.shape[-1]
+            conv = a.conventions
+            mask = torch_local.window_mask(lq, lk, s.device, conv.causal_alignment, window, conv.sliding_window)
+            s = s.masked_fill(~mask, float("-inf"))
+        column = sinks.float().reshape(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
+        return (probs(s, column) @ vf).to(q.dtype)
+
+    a.impl["sink_attention"] = sink_attention
+
+
+@mutant(
+    "attention_sinks",
+    "sinks/forward",
+    "the sink added to the max-shifted denominator unshifted: e^{s−max} / (Σ e^{s−max} + e^{σ}) (right only when "
+    "the row's largest logit is 0)",
+)
+def sinks_unshifted(a: MutantAdapter) -> None:
+    def probs(s: T, column: T) -> T:
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        return e / (e.sum(dim=-1, keepdim=True) + torch.exp(column))
+
+    _sink_attention(a, probs)
+
+
+@mutant(
+    "attention_sinks",
+    "sinks/gradient",
+    "the sinks detached from autograd (their column built from the values alone): no gradient reaches them",
+)
+def sinks_detached(a: MutantAdapter) -> None:
+    def probs(s: T, column: T) -> T:
+        return torch.softmax(torch.cat([s, column.detach()], dim=-1), dim=-1)[..., :-1]
+
+    _sink_attention(a, probs)
+
+
+@mutant(
+    "attention_sinks",
+    "sinks/minus-infinity-is-plain",
+    "the sinks clamped at −1e4, as masked scores are filled (a sink of −∞ still takes weight from rows whose "
+    "logits lie below −1e4)",
+)
+def sinks_clamped(a: MutantAdapter) -> None:
+    def probs(s: T, column: T) -> T:
+        return torch.softmax(torch.cat([s, column.clamp(min=-1e4)], dim=-1), dim=-1)[..., :-1]
+
+    _sink_attention(a, probs)
+
+
+@mutant(
+    "attention_sinks",
+    "sinks/larger-sink-shrinks",
+    "the sink's sign flipped (e^{−σ} in the denominator, a sink stored as its negation): a larger sink grows the "
+    "output",
+)
+def sinks_negated(a: MutantAdapter) -> None:
+    def probs(s: T, column: T) -> T:
+        return torch.softmax(torch.cat([s, -column], dim=-1), dim=-1)[..., :-1]
+
+    _sink_attention(a, probs)
+
+
+# --------------------------------------------------------------------------------------------------- MoE routing
+
+
+def _router(
+    a: MutantAdapter,
+    group_scores: Callable[[T], T] | None = None,
+    fill: float = float("-inf"),
+    weights: Callable[[T, T], T] | None = None,
+    finish: Callable[[T, str, float], T] | None = None,
+    strided: bool = False,
+) -> None:
+    """moe_router as adapters/torch/moe.py writes it, with one step replaced: how a group is scored, what the
+    excluded groups' choice is filled with, which values are gathered as weights (``weights(s, choice)``), how the
+    gathered weights are normalised and scaled (``finish(w, norm, c)``), or groups of strided experts."""
+
+    def moe_router(
+        logits: T,
+        bias: T,
+        k: int,
+        score: str = "softmax",
+        norm: str = "none",
+        routed_scaling_factor: float = 1.0,
+        n_group: int | None = None,
+        topk_group: int | None = None,
+    ) -> T:
+        u = logits.float()
+        s = F.softmax(u, dim=-1) if score == "softmax" else torch.sigmoid(u)
+        choice = s.detach() + bias.float()
+        if n_group is not None:
+            n, e = choice.shape
+            size = e // n_group
+            view = choice.view(n, size, n_group).transpose(1, 2) if strided else choice.view(n, n_group, size)
+            scored = group_scores(view) if group_scores else view.topk(min(2, size), dim=-1)[0].sum(dim=-1)
+            kept = torch.zeros_like(scored).scatter_(1, torch.topk(scored, k=topk_group or n_group, dim=-1)[1], 1)
+            allowed = kept.bool().unsqueeze(-1).expand(n, n_group, size)
+            allowed = (allowed.transpose(1, 2) if strided else allowed).reshape(n, e)
+            choice = choice.masked_fill(~allowed, fill)
+        idx = torch.topk(choice, k=k, dim=-1, sorted=False)[1]
+        w = (weights(s, choice) if weights else s).gather(1, idx)
+        if finish:
+            w = finish(w, norm, routed_scaling_factor)
+        else:
+            w = (w / w.sum(dim=-1, keepdim=True) if norm == "topk" else w) * routed_scaling_factor
+        return torch.zeros_like(s).scatter(1, idx, w).to(logits.dtype)
+
+    a.impl["moe_router"] = moe_router
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/forward",
+    "the selected weights always renormalised (a norm_topk_prob setting ignored: Qwen-MoE and OLMoE keep them)",
+)
+def moe_router_always_renormalised(a: MutantAdapter) -> None:
+    _router(a, finish=lambda w, norm, c: w / w.sum(dim=-1, keepdim=True) * c)
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/renormalized-sum",
+    "the routed scaling factor applied before the renormalisation, where it cancels",
+)
+def moe_router_scaling_cancelled(a: MutantAdapter) -> None:
+    def finish(w: T, norm: str, c: float) -> T:
+        w = w * c
+        return w / w.sum(dim=-1, keepdim=True) if norm == "topk" else w
+
+    _router(a, finish=finish)
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/bias-selects-only",
+    "the weights gathered from score + bias (the selection's values) instead of the score",
+)
+def moe_router_bias_weighs(a: MutantAdapter) -> None:
+    _router(a, weights=lambda s, choice: s + (choice - s.detach()).masked_fill(~torch.isfinite(choice), 0.0))
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/forward",
+    "groups scored by their best expert (DeepSeek-V2's group-limited greedy) instead of their two best",
+)
+def moe_router_group_max(a: MutantAdapter) -> None:
+    _router(a, group_scores=lambda view: view.max(dim=-1).values)
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/top-k-set",
+    "the experts of excluded groups filled with 0 rather than −∞: a choice below 0 (a negative bias) loses to them",
+)
+def moe_router_group_fill_zero(a: MutantAdapter) -> None:
+    _router(a, fill=0.0)
+
+
+@mutant(
+    "moe_routing",
+    "moe-router/permutation-equivariance",
+    "groups of strided experts (e, e + G, e + 2G, …) instead of consecutive ones",
+)
+def moe_router_strided_groups(a: MutantAdapter) -> None:
+    _router(a, strided=True)
+
+
+def _aux(a: MutantAdapter, loss: Callable[[T, T, int], T]) -> None:
+    """moe_aux_loss with E·Σ f·P replaced by ``loss(p, one-hot selections (N, k, E), k)``."""
+
+    def moe_aux_loss(logits: T, k: int) -> T:
+        p = F.softmax(logits.float(), dim=-1)
+        mask = F.one_hot(torch.topk(p, k, dim=-1)[1], logits.shape[-1]).float()
+        return loss(p, mask, k).to(logits.dtype)
+
+    a.impl["moe_aux_loss"] = moe_aux_loss
+
+
+@mutant(
+    "moe_aux_loss",
+    "moe-aux-loss/forward",
+    "f_e as the share of the N·k assignments (Megatron-Core's form) while declaring the share of tokens (HF's)",
+)
+def moe_aux_loss_per_assignment(a: MutantAdapter) -> None:
+    _aux(a, lambda p, mask, k: (mask.mean(dim=0) * p.mean(dim=0)).sum() * p.shape[-1] / k)
+
+
+@mutant(
+    "moe_aux_loss",
+    "moe-aux-loss/uniform-routing",
+    "the loss not scaled by the number of experts E",
+)
+def moe_aux_loss_unscaled(a: MutantAdapter) -> None:
+    _aux(a, lambda p, mask, k: (mask.mean(dim=0) * p.mean(dim=0)).sum())
+
+
+@mutant(
+    "moe_aux_loss",
+    "moe-aux-loss/forward",
+    "P_e, the mean router probability, taken from the selected probabilities only (0 for the others)",
+)
+def moe_aux_loss_selected_probs(a: MutantAdapter) -> None:
+    _aux(a, lambda p, mask, k: (mask.mean(dim=0) * (p * mask.sum(dim=1)).mean(dim=0)).sum() * p.shape[-1])
 
 
 def by_attribute() -> dict[str, Mutant]:

@@ -57,29 +57,70 @@ def _scale(d: int, scale: float | None) -> float:
     return 1.0 / np.sqrt(d) if scale is None else float(scale)
 
 
-def attention_probs(
-    q: F64,
-    k: F64,
-    causal: bool,
-    alignment: Alignment = "bottom_right",
-    softcap: float | None = None,
-    scale: float | None = None,
-) -> tuple[F64, F64, F64]:
-    """(P, raw logits l = QKᵀ·scale, capped logits), P = softmax(cap(l) + mask) over keys.
-
-    cap(l) = c·tanh(l/c) when ``softcap`` = c (seed-002 §3.2.2), else l; masked entries get probability 0.
-    Bottom-right with L_q > L_k leaves the first L_q − L_k queries no key and no defined output: causal
-    attention is drawn with L_q ≤ L_k.
-    """
+def _probs(
+    q: F64, k: F64, mask: NDArray[np.bool_] | None, softcap: float | None, scale: float | None, sinks: F64 | None = None
+) -> tuple[F64, F64]:
+    """(P, raw logits l = QKᵀ·scale): P = softmax(cap(l) masked) over the keys, with one more column, last, for
+    each head's sink logit when ``sinks`` (H_q,) is given (the sink joins the denominator and has no value)."""
     ke = _expand(k, q.shape[1])
     raw = np.einsum("bhqd,bhkd->bhqk", q, ke) * _scale(q.shape[-1], scale)
-    capped = softcap * np.tanh(raw / softcap) if softcap else raw
-    s = capped
-    if causal:
-        s = np.where(causal_mask(q.shape[2], k.shape[2], alignment), capped, -np.inf)
+    s = softcap * np.tanh(raw / softcap) if softcap else raw
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    if sinks is not None:
+        column = np.broadcast_to(np.asarray(sinks, dtype=np.float64)[None, :, None, None], (*s.shape[:-1], 1))
+        s = np.concatenate([s, column], axis=-1)
     s = s - np.max(s, axis=-1, keepdims=True)
     e = np.exp(s)
-    return e / np.sum(e, axis=-1, keepdims=True), raw, capped
+    return e / np.sum(e, axis=-1, keepdims=True), raw
+
+
+def masked_attention(
+    q: F64,
+    k: F64,
+    v: F64,
+    mask: NDArray[np.bool_] | None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    sinks: F64 | None = None,
+) -> F64:
+    """softmax(cap(QKᵀ·scale) masked to ``mask`` (L_q, L_k), with the heads' ``sinks`` in the denominator)·V."""
+    p, _ = _probs(q, k, mask, softcap, scale, sinks)
+    return np.einsum("bhqk,bhkd->bhqd", p[..., : k.shape[2]], _expand(v, q.shape[1]))
+
+
+def masked_attention_vjp(
+    q: F64,
+    k: F64,
+    v: F64,
+    g: F64,
+    mask: NDArray[np.bool_] | None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    sinks: F64 | None = None,
+) -> tuple[F64, F64, F64, F64 | None]:
+    """VJP of :func:`masked_attention`: (∂L/∂Q, ∂L/∂K, ∂L/∂V, ∂L/∂sinks or None).
+
+    With O = P·V: ∂V = Pᵀ·g, ∂P = g·Vᵀ, ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)) (the softmax Jacobian; a sink column has
+    ∂P = 0, so its ∂S is −P_sink·rowsum(∂P ⊙ P), summed over batch and queries into ∂sink_h),
+    ∂l = ∂S ⊙ (1 − tanh²(l/c)) under soft-capping, ∂Q = ∂l·K·scale, ∂K = ∂lᵀ·Q·scale; KV gradients summed
+    over the query heads of their group.
+    """
+    h_q, h_kv, lk = q.shape[1], k.shape[1], k.shape[2]
+    sc = _scale(q.shape[-1], scale)
+    p_all, raw = _probs(q, k, mask, softcap, scale, sinks)
+    p = p_all[..., :lk]
+    ke, ve = _expand(k, h_q), _expand(v, h_q)
+    dv = np.einsum("bhqk,bhqd->bhkd", p, g)
+    dp = np.einsum("bhqd,bhkd->bhqk", g, ve)
+    row = np.sum(dp * p, axis=-1, keepdims=True)
+    ds = p * (dp - row)
+    dsinks = None if sinks is None else -np.sum(p_all[..., lk:] * row, axis=(0, 2, 3))
+    if softcap:
+        ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
+    dq = np.einsum("bhqk,bhkd->bhqd", ds, ke) * sc
+    dk = np.einsum("bhqk,bhqd->bhkd", ds, q) * sc
+    return dq, _reduce(dk, h_kv), _reduce(dv, h_kv), dsinks
 
 
 def attention(
@@ -92,8 +133,8 @@ def attention(
     scale: float | None = None,
 ) -> F64:
     """softmax(cap(QKᵀ/√d_k) + mask)·V per query head, head h reading KV head h // (H_q/H_kv)."""
-    p, _, _ = attention_probs(q, k, causal, alignment, softcap, scale)
-    return np.einsum("bhqk,bhkd->bhqd", p, _expand(v, q.shape[1]))
+    mask = causal_mask(q.shape[2], k.shape[2], alignment) if causal else None
+    return masked_attention(q, k, v, mask, softcap, scale)
 
 
 def attention_vjp(
@@ -106,24 +147,10 @@ def attention_vjp(
     softcap: float | None = None,
     scale: float | None = None,
 ) -> tuple[F64, F64, F64]:
-    """VJP of :func:`attention`: (∂L/∂Q, ∂L/∂K, ∂L/∂V).
-
-    With O = P·V: ∂V = Pᵀ·g, ∂P = g·Vᵀ, ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)) (the softmax Jacobian),
-    ∂l = ∂S ⊙ (1 − tanh²(l/c)) under soft-capping, ∂Q = ∂l·K·scale, ∂K = ∂lᵀ·Q·scale; KV gradients summed
-    over the query heads of their group.
-    """
-    h_q, h_kv = q.shape[1], k.shape[1]
-    sc = _scale(q.shape[-1], scale)
-    p, raw, _ = attention_probs(q, k, causal, alignment, softcap, scale)
-    ke, ve = _expand(k, h_q), _expand(v, h_q)
-    dv = np.einsum("bhqk,bhqd->bhkd", p, g)
-    dp = np.einsum("bhqd,bhkd->bhqk", g, ve)
-    ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
-    if softcap:
-        ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
-    dq = np.einsum("bhqk,bhkd->bhqd", ds, ke) * sc
-    dk = np.einsum("bhqk,bhqd->bhkd", ds, q) * sc
-    return dq, _reduce(dk, h_kv), _reduce(dv, h_kv)
+    """VJP of :func:`attention`: (∂L/∂Q, ∂L/∂K, ∂L/∂V), as :func:`masked_attention_vjp` with the causal mask."""
+    mask = causal_mask(q.shape[2], k.shape[2], alignment) if causal else None
+    dq, dk, dv, _ = masked_attention_vjp(q, k, v, g, mask, softcap, scale)
+    return dq, dk, dv
 
 
 def qk_norm_attention(

@@ -18,7 +18,9 @@ import transformer_conformance.reference as ref
 from transformer_conformance.reference import attention as att
 from transformer_conformance.reference import blocks as blk
 from transformer_conformance.reference import linear_losses as lin
+from transformer_conformance.reference import local_attention as loc
 from transformer_conformance.reference import mlp
+from transformer_conformance.reference import moe as moe_ref
 from transformer_conformance.reference.blocks import BLOCK_INPUTS
 from transformer_conformance.reference.formats import Format
 
@@ -32,6 +34,10 @@ class Declared(Protocol):
     def rope_layout(self) -> Literal["interleaved", "half"]: ...
     @property
     def causal_alignment(self) -> Literal["bottom_right", "top_left"]: ...
+    @property
+    def sliding_window(self) -> Literal["inclusive", "exclusive"]: ...
+    @property
+    def aux_loss_fraction(self) -> Literal["per_token", "per_assignment"]: ...
     @property
     def eps_defaults(self) -> Mapping[str, float | str]: ...
     @property
@@ -56,6 +62,11 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "attention": ("q", "k", "v"),
     "qk_norm_attention": ("q", "k", "v", "q_weight", "k_weight"),
     "rope_attention": ("q", "k", "v"),
+    "sliding_window_attention": ("q", "k", "v"),
+    "chunked_attention": ("q", "k", "v"),
+    "sink_attention": ("q", "k", "v", "sinks"),
+    "moe_router": ("logits", "bias"),
+    "moe_aux_loss": ("logits",),
     "mlp": ("x", "w_in", "w_out"),
     "glu_mlp": ("x", "w1", "w3", "w2"),
     "block": BLOCK_INPUTS,
@@ -130,6 +141,64 @@ EXTRA_VJP: dict[str, Bwd] = {
     "z_loss_mean": lambda x, p, c, g: lin.z_loss_mean_vjp(
         x["logits"], x["targets"], g, p.get("alpha", ref.losses.Z_LOSS_ALPHA), _ignore(p)
     ),
+}
+
+
+def _local(params: Mapping[str, Any], conv: Declared) -> dict[str, Any]:
+    """The keywords of a local or sink attention: its alignment and, with a window, what W counts."""
+    return {"alignment": conv.causal_alignment, "scale": params.get("scale")}
+
+
+def _window(params: Mapping[str, Any], conv: Declared) -> dict[str, Any]:
+    window = params.get("window")
+    return {"window": None if window is None else int(window), "counts": conv.sliding_window}
+
+
+# sliding-window, chunked and sink attention (reference/local_attention.py)
+LOCAL_FORWARD: dict[str, Fwd] = {
+    "sliding_window_attention": lambda x, p, c: loc.sliding_window_attention(
+        x["q"], x["k"], x["v"], softcap=p.get("softcap"), **_window(p, c), **_local(p, c)
+    ),
+    "chunked_attention": lambda x, p, c: loc.chunked_attention(x["q"], x["k"], x["v"], int(p["chunk"]), **_local(p, c)),
+    "sink_attention": lambda x, p, c: loc.sink_attention(
+        x["q"], x["k"], x["v"], x["sinks"], bool(p.get("causal", True)), **_window(p, c), **_local(p, c)
+    ),
+}
+LocalBwd = Callable[[Mapping[str, np.ndarray], Mapping[str, Any], Declared, F64], tuple[F64, ...]]
+LOCAL_VJP: dict[str, LocalBwd] = {
+    "sliding_window_attention": lambda x, p, c, g: loc.sliding_window_attention_vjp(
+        x["q"], x["k"], x["v"], g, softcap=p.get("softcap"), **_window(p, c), **_local(p, c)
+    ),
+    "chunked_attention": lambda x, p, c, g: loc.chunked_attention_vjp(
+        x["q"], x["k"], x["v"], g, int(p["chunk"]), **_local(p, c)
+    ),
+    "sink_attention": lambda x, p, c, g: loc.sink_attention_vjp(
+        x["q"], x["k"], x["v"], x["sinks"], g, bool(p.get("causal", True)), **_window(p, c), **_local(p, c)
+    ),
+}
+
+
+def router_kw(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords of ``moe_router`` (reference/moe.py) from the operation's parameters."""
+    groups = params.get("n_group")
+    return {
+        "k": int(params["k"]),
+        "score": params.get("score", "softmax"),
+        "norm": params.get("norm", "none"),
+        "scaling": float(params.get("routed_scaling_factor", 1.0)),
+        "n_group": None if groups is None else int(groups),
+        "topk_group": None if params.get("topk_group") is None else int(params["topk_group"]),
+    }
+
+
+# MoE routing and its load-balancing loss (reference/moe.py)
+MOE_FORWARD: dict[str, Fwd] = {
+    "moe_router": lambda x, p, c: moe_ref.moe_router(x["logits"], x["bias"], **router_kw(p)),
+    "moe_aux_loss": lambda x, p, c: moe_ref.moe_aux_loss(x["logits"], int(p["k"]), c.aux_loss_fraction),
+}
+MOE_VJP: dict[str, LocalBwd] = {
+    "moe_router": lambda x, p, c, g: moe_ref.moe_router_vjp(x["logits"], x["bias"], g, **router_kw(p)),
+    "moe_aux_loss": lambda x, p, c, g: (moe_ref.moe_aux_loss_vjp(x["logits"], g, int(p["k"]), c.aux_loss_fraction),),
 }
 
 
@@ -234,6 +303,10 @@ def forward(op: str, x: Mapping[str, np.ndarray], params: Mapping[str, Any], con
         return EXTRA_FORWARD[op](x, params, conv)
     if op in BLOCK_OPS:
         return _blocks_forward(op, x, params, conv)
+    if op in LOCAL_FORWARD:
+        return LOCAL_FORWARD[op](x, params, conv)
+    if op in MOE_FORWARD:
+        return MOE_FORWARD[op](x, params, conv)
     raise KeyError(op)
 
 
@@ -264,6 +337,10 @@ def vjp(
         )
     elif op in EXTRA_VJP:
         grads = (EXTRA_VJP[op](x, params, conv, g),)
+    elif op in LOCAL_VJP:
+        grads = LOCAL_VJP[op](x, params, conv, g)
+    elif op in MOE_VJP:
+        grads = MOE_VJP[op](x, params, conv, g)
     elif op in BLOCK_OPS:
         res = _blocks_vjp(op, x, params, conv, g)
         if isinstance(res, dict):

@@ -12,6 +12,8 @@ from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.strategies import blocks as sb
+from transformer_conformance.conformance.strategies import local_attention as sl
+from transformer_conformance.conformance.strategies import moe as sm
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.formats import fmt
@@ -24,8 +26,17 @@ CASES = {
     "glu_mlp": lambda dt: sb.mlp_case(dt, gated=True),
     "block": lambda dt: sb.block_case(dt),
     "lm_head": lambda dt: sb.lm_head_case(dt),
+    "sliding_window_attention": lambda dt: sl.sliding_window_case(dt, ("none", "tanh")),
+    "chunked_attention": lambda dt: sl.chunked_case(dt),
+    "sink_attention": lambda dt: sl.sink_case(dt),
+    "moe_router": lambda dt: sm.router_case(dt),
+    "moe_aux_loss": lambda dt: sm.aux_loss_case(dt),
 }
-CONVENTIONS = {"numpy": NumpyAdapter().conventions, "torch": TorchAdapter().conventions}
+CONVENTIONS = {
+    "numpy": NumpyAdapter().conventions,
+    "torch": TorchAdapter().conventions,
+    "numpy-top-left-exclusive": NumpyAdapter(causal_alignment="top_left", sliding_window="exclusive").conventions,
+}
 
 
 @pytest.mark.parametrize("conv", list(CONVENTIONS))

@@ -21,13 +21,14 @@ from transformer_conformance.reports.reached import gaps, markdown
 
 #: the run: the ci profile (the default); the forward checks, which draw what the gradient and property checks draw,
 #: and the checks of the integer rules (hidden widths, parameter counts), the z-loss values, the table lookup and the
-#: frequency bands of YaRN and Llama 3
+#: frequency bands of YaRN and Llama 3, and sinks of −∞
 RUN_ARGS = (
     "--adapter=numpy",
     "--dtype=float16",
     "--dtype=float32",
     "-k",
-    "forward or hidden_width or param_count or z_loss_value or softcap_value or learned_lookup or bands",
+    "forward or hidden_width or param_count or z_loss_value or softcap_value or learned_lookup or bands "
+    "or minus_infinity",
 )
 
 

@@ -30,11 +30,17 @@ class NumpyAdapter:
     #: the releases it supports (adapters/versions.py; docs/adapters.md)
     supported = SUPPORTED["numpy"]
 
-    def __init__(self, rope_layout: str = "interleaved", causal_alignment: str = "bottom_right") -> None:
+    def __init__(
+        self,
+        rope_layout: str = "interleaved",
+        causal_alignment: str = "bottom_right",
+        sliding_window: str = "inclusive",
+    ) -> None:
         require(self.name, self.supported)
         self.conventions = Conventions(
             rope_layout=rope_layout,  # type: ignore[arg-type]
             causal_alignment=causal_alignment,  # type: ignore[arg-type]
+            sliding_window=sliding_window,  # type: ignore[arg-type]
             rope_angle_dtype="float64",
             compute_dtype="float64",
             eps_defaults={"rms_norm": 1e-6, "layer_norm": 1e-5},

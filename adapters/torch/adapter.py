@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_conformance.adapters.contract import AUTOCAST, AUTOCAST_DTYPES, OPS, Capability, Conventions
-from transformer_conformance.adapters.torch import blocks
+from transformer_conformance.adapters.torch import blocks, local_attention, moe
 from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
 from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, rope_torch, to_numpy, to_torch
 from transformer_conformance.adapters.versions import SUPPORTED, Supported, describe, require
@@ -99,6 +99,8 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     )
     table = {f.__name__: f for f in fns} | position_ops()
     table.update(blocks.ops(adapter.conventions.rope_layout, adapter.conventions.causal_alignment))
+    table.update(local_attention.ops(adapter.conventions.causal_alignment, adapter.conventions.sliding_window))
+    table.update(moe.ops(adapter.conventions.aux_loss_fraction))
     return table
 
 
@@ -127,7 +129,13 @@ class TorchAdapter:
     #: the releases it supports (adapters/versions.py; docs/adapters.md)
     supported: tuple[Supported, ...] = SUPPORTED["torch"]
 
-    def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        rope_layout: str = "half",
+        causal_alignment: str = "bottom_right",
+        sliding_window: str = "inclusive",
+    ) -> None:
         require(self.name, self.supported)
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
@@ -160,6 +168,8 @@ class TorchAdapter:
             eps_defaults={"rms_norm": float(torch.finfo(torch.float32).eps), "layer_norm": 1e-5},
             # bottom-right through an explicit mask; "top_left" uses SDPA's is_causal=True as it is
             causal_alignment=causal_alignment,  # type: ignore[arg-type]
+            # the window's mask as HF transformers builds it: p − j < W, the query's own token counted
+            sliding_window=sliding_window,  # type: ignore[arg-type]
         )
         self.capabilities = with_autocast({op: Capability() for op in OPS})
         self.impl = _ops(self)

@@ -77,17 +77,45 @@ def _dtanh(v: F64) -> F64:
 
 @dataclass(frozen=True)
 class Probs:
-    """The forward's intermediates: probabilities P, logits before capping (scaled), tanh(l/c), the mask."""
+    """The forward's intermediates: probabilities P, logits before capping (scaled), tanh(l/c), the mask, and the
+    sinks' own probabilities (B, H, L_q, 1) when the softmax has them."""
 
     p: Tracked
     raw: Tracked
     tanh: Tracked | None
     mask: NDArray[np.bool_] | None
+    sink: Tracked | None = None
+
+
+def _columns(a: Tracked, b: Tracked) -> Tracked:
+    """``a`` with ``b``'s columns appended (the last axis)."""
+    shape = (*a.v.shape[:-1], a.v.shape[-1] + b.v.shape[-1])
+    return Tracked(
+        *(
+            np.concatenate([np.broadcast_to(x, a.v.shape), np.broadcast_to(y, b.v.shape)], axis=-1).reshape(shape)
+            for x, y in ((a.v, b.v), (a.e, b.e), (a.m, b.m))
+        )
+    )
+
+
+def _split(a: Tracked, n: int) -> tuple[Tracked, Tracked]:
+    """The first ``n`` columns of ``a`` and the rest."""
+    return Tracked(a.v[..., :n], a.e[..., :n], a.m[..., :n]), Tracked(a.v[..., n:], a.e[..., n:], a.m[..., n:])
 
 
 def probs(
-    r: Rounding, q: Tracked, k: Tracked, causal: bool, alignment: str, softcap: float | None, scale: float | None
+    r: Rounding,
+    q: Tracked,
+    k: Tracked,
+    causal: bool,
+    alignment: str,
+    softcap: float | None,
+    scale: float | None,
+    mask: NDArray[np.bool_] | None = None,
+    sinks: Tracked | None = None,
 ) -> Probs:
+    """``mask`` (L_q, L_k): the visible keys, in place of the causal mask; ``sinks`` (H_q,): a logit per head that
+    joins the softmax as one more column (exact: an input), its probability returned apart."""
     ke = heads(k, kv_head_index(q.v.shape[1], k.v.shape[1]))
     sc = 1.0 / np.sqrt(q.v.shape[-1]) if scale is None else float(scale)
     # the scale applied to the scores, or to q before the product (mlx-lm's and others' (q·s)·kᵀ): q·s stored
@@ -99,7 +127,21 @@ def probs(
         # secant, not first order: a score off by more than the cap's scale moves tanh off its saturation
         t = em.func(r, scale_by(r, raw, 1.0 / softcap), np.tanh, _dtanh, spread=em.secant(np.tanh, _dtanh))
         s = scale_by(r, t, softcap)
-    mask = causal_mask(q.v.shape[2], k.v.shape[2], alignment) if causal else None  # type: ignore[arg-type]
+    if mask is None and causal:
+        mask = causal_mask(q.v.shape[2], k.v.shape[2], alignment)  # type: ignore[arg-type]
+    lk = k.v.shape[2]
+    keys_mask = mask
+    if sinks is not None:
+        # a sink of −∞ takes no part (exactly 0, as a masked key): the column's mask says where one does
+        finite = np.isfinite(sinks.v)
+        col = (*s.v.shape[:-1], 1)
+        parts = (np.where(finite, sinks.v, 0.0), sinks.e, np.where(finite, sinks.m, 0.0))
+        s = _columns(s, Tracked(*(np.broadcast_to(a[None, :, None, None], col) for a in parts)))
+        visible = np.ones((q.v.shape[2], lk), dtype=bool) if mask is None else mask
+        mask = np.concatenate(
+            [np.broadcast_to(visible, (*s.v.shape[:-1], lk)), np.broadcast_to(finite[None, :, None, None], col)],
+            axis=-1,
+        )
     masked_v = s.v if mask is None else np.where(mask, s.v, -np.inf)
     mx = np.max(masked_v, axis=-1, keepdims=True)
     shifted = em.sub(r, Tracked(np.where(np.isfinite(masked_v), s.v, mx), s.e, s.m), em.exact(mx))
@@ -111,7 +153,11 @@ def probs(
     # a probability and its approximation both lie in [0, 1]: where the logits' error is so large that the first-order
     # bound exceeds 1 (or overflows), 1 is the bound (e.g. logits of 10⁴ rotated by float32 angles at position 10⁵)
     e = np.where(np.isfinite(p.e), np.minimum(p.e, 1.0), 1.0)
-    return Probs(Tracked(p.v, e, p.m), raw, t, mask)
+    p = Tracked(p.v, e, p.m)
+    if sinks is None:
+        return Probs(p, raw, t, keys_mask)
+    keys, sink = _split(p, lk)
+    return Probs(keys, raw, t, keys_mask, sink)
 
 
 def attention_t(
@@ -124,8 +170,10 @@ def attention_t(
     softcap: float | None,
     scale: float | None = None,
     unit: float | None = None,
+    mask: NDArray[np.bool_] | None = None,
+    sinks: Tracked | None = None,
 ) -> Tracked:
-    pr = probs(r, q, k, causal, alignment, softcap, scale)
+    pr = probs(r, q, k, causal, alignment, softcap, scale, mask, sinks)
     return em.matmul(r, pr.p, heads(v, kv_head_index(q.v.shape[1], v.v.shape[1])), unit=unit)
 
 
@@ -142,14 +190,40 @@ def attention_vjp_t(
     unit: float | None = None,
 ) -> tuple[Tracked, Tracked, Tracked]:
     """(∂Q, ∂K, ∂V) following reference.attention.attention_vjp step by step."""
+    dq, dk, dv, _ = masked_attention_vjp_t(r, q, k, v, g, causal, alignment, softcap, scale, unit)
+    return dq, dk, dv
+
+
+def masked_attention_vjp_t(
+    r: Rounding,
+    q: Tracked,
+    k: Tracked,
+    v: Tracked,
+    g: Tracked,
+    causal: bool,
+    alignment: str,
+    softcap: float | None,
+    scale: float | None = None,
+    unit: float | None = None,
+    mask: NDArray[np.bool_] | None = None,
+    sinks: Tracked | None = None,
+) -> tuple[Tracked, Tracked, Tracked, Tracked | None]:
+    """(∂Q, ∂K, ∂V, ∂sinks or None) following reference.attention.masked_attention_vjp step by step."""
     h_q, h_kv = q.v.shape[1], k.v.shape[1]
     idx = kv_head_index(h_q, h_kv)
     sc = 1.0 / np.sqrt(q.v.shape[-1]) if scale is None else float(scale)
-    pr = probs(r, q, k, causal, alignment, softcap, scale)
+    pr = probs(r, q, k, causal, alignment, softcap, scale, mask, sinks)
     p = pr.p
     dv = em.matmul(r, swap(p), g)
     dp = em.matmul(r, g, swap(heads(v, idx)))
-    ds = em.mul(r, p, em.sub(r, dp, em.total(r, em.mul(r, dp, p))))
+    row = em.total(r, em.mul(r, dp, p))
+    ds = em.mul(r, p, em.sub(r, dp, row))
+    dsinks = None
+    if pr.sink is not None:
+        # the sink's column: ∂P = 0, so ∂S = P_sink·(0 − rowsum(∂P ⊙ P)), summed over batch and queries per head
+        per_query = em.neg(em.mul(r, pr.sink, row))
+        by_head = Tracked(*(np.moveaxis(a[..., 0], 1, -1) for a in (per_query.v, per_query.e, per_query.m)))
+        dsinks = em.sum_rows(r, by_head, unit)
     if pr.tanh is not None:
         one = em.exact(np.ones_like(pr.tanh.v))
         sech2 = em.sub(r, one, em.mul(r, pr.tanh, pr.tanh))
@@ -166,6 +240,7 @@ def attention_vjp_t(
         Tracked(dq.v, dq.e + em._store(r, dq.v, unit), dq.m),
         reduce_heads(r, dk, h_kv, unit),
         reduce_heads(r, dv, h_kv, unit),
+        dsinks,
     )
 
 

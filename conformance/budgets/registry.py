@@ -18,8 +18,10 @@ from transformer_conformance.conformance.budgets import (
     attention,
     blocks,
     linear_losses,
+    local_attention,
     losses,
     mlp,
+    moe,
     norms,
     positions,
     rope,
@@ -69,6 +71,8 @@ _FORWARD: dict[str, Any] = {
     "lm_head": blocks.lm_head,
     "linear_cross_entropy": linear_losses.linear_cross_entropy,
     "z_loss_mean": linear_losses.z_loss_mean,
+    **local_attention.FORWARD,
+    **moe.FORWARD,
 }
 _VJP: dict[str, Any] = {
     "rms_norm": norms.rms_norm_vjp,
@@ -92,6 +96,8 @@ _VJP: dict[str, Any] = {
     "lm_head": blocks.lm_head_vjp,
     "linear_cross_entropy": linear_losses.linear_cross_entropy_vjp,
     "z_loss_mean": linear_losses.z_loss_mean_vjp,
+    **local_attention.VJP,
+    **moe.VJP,
 }
 #: op -> its forward budget: (inputs, params, conventions, dtype) -> Tracked
 FORWARD: dict[str, Any] = {op: _with_result(op, fn, grad=False) for op, fn in _FORWARD.items()}

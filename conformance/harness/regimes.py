@@ -212,8 +212,37 @@ def _scores_input_near_overflow(v: Values, p: Params, d: Format) -> bool:
     return near_overflow(v["scores"], d)
 
 
+def _local_single_key(v: Values, p: Params, d: Format) -> bool:
+    """A query that sees one key: L_k = 1, chunks of 1, or the first query of a causal L_q = L_k call."""
+    lq, lk = v["q"].shape[2], v["k"].shape[2]
+    return lk == 1 or p.get("chunk") == 1 or (bool(p.get("causal", True)) and lq == lk)
+
+
+def _span(p: Params) -> int | None:
+    span = p.get("window", p.get("chunk"))
+    return None if span is None else int(span)
+
+
+def _span_inside(v: Values, p: Params, d: Format) -> bool:
+    span = _span(p)
+    return span is not None and span < v["k"].shape[2]
+
+
+def _span_past(v: Values, p: Params, d: Format) -> bool:
+    span = _span(p)
+    return span is not None and span >= v["k"].shape[2]
+
+
+def _sink_above_logits(v: Values, p: Params, d: Format) -> bool:
+    scores, sinks = _scores(v, p), v["sinks"]
+    return bool(scores.size and np.any(sinks[None, :, None] >= np.max(scores, axis=-1) + 4.0))
+
+
 NORMS = ("rms_norm", "layer_norm")
 ATTENTION = ("attention", "qk_norm_attention", "rope_attention")
+#: sliding-window, chunked and sink attention (reference/local_attention.py)
+LOCAL = ("sliding_window_attention", "chunked_attention", "sink_attention")
+SPANS = ("sliding_window_attention", "chunked_attention")
 ROTARY = ("rope", "rope_scaled", "rope_attention", "sinusoidal_positions")
 
 REGIMES: tuple[Regime, ...] = (
@@ -269,7 +298,7 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "scores beyond a mask fill",
-        ("attention", "qk_norm_attention"),
+        ("attention", "qk_norm_attention", *LOCAL),
         _scores_beyond_fill,
         "|q·k·scale| ≥ 2^17: a masked score filled with −1e4 (or float16's −65504) instead of −∞ is not negligible",
     ),
@@ -286,8 +315,40 @@ REGIMES: tuple[Regime, ...] = (
         "a query that sees one key: its softmax is exactly 1, whatever the score (a fill value then decides)",
     ),
     Regime(
+        "single-key rows (local)",
+        LOCAL,
+        _local_single_key,
+        "a query that sees one key (its own: a chunk of 1, or the first token): the softmax is exactly 1",
+    ),
+    Regime(
+        "span inside the keys",
+        SPANS,
+        _span_inside,
+        "a window or chunk shorter than the keys: keys are masked by it, and what W counts (or where a chunk "
+        "starts) decides which",
+    ),
+    Regime(
+        "span past the keys",
+        SPANS,
+        _span_past,
+        "a window or chunk at least as long as the keys: plain causal attention, where a shortcut for it shows",
+    ),
+    Regime(
+        "sink above the logits",
+        ("sink_attention",),
+        _sink_above_logits,
+        "a sink ≥ 4 above a row's largest logit takes most of the weight: a sink not shifted by the row's max "
+        "overflows or vanishes",
+    ),
+    Regime(
+        "sinks of −∞",
+        ("sink_attention",),
+        lambda v, p, d: bool(np.any(np.isneginf(v["sinks"]))),
+        "no sink at all: −∞ in the max shift and exp must give plain attention, not NaN",
+    ),
+    Regime(
         "soft-cap saturated",
-        ATTENTION,
+        (*ATTENTION, "sliding_window_attention"),
         _softcap_saturated,
         "|logit| ≥ 3c: tanh saturates, and a cap ignored or applied twice shows",
         needs=("softcap", "tanh"),

@@ -1,0 +1,188 @@
+"""Hypothesis strategies for MoE routing and its load-balancing loss: few or many experts (2 … 64, Qwen's 60), k from
+1 to 8, softmax and sigmoid scores, a selection-only bias, groups of experts, a routed scaling factor — each only as
+the adapter declares it (``adapters.CHOICES["moe_router"]``).
+
+Selection is discontinuous: two experts whose scores a correct candidate may order either way would make its
+verdict a coin toss. Every drawn case therefore keeps, in float64, the last selected and the first unselected
+expert (and group) apart by a relative 2^-14 of their scores: no rounding of a score computed in float32 (2^-24,
+a few units for the exponential) reorders them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.choices import sampled_from
+from transformer_conformance.conformance.strategies.common import Case, seeds
+from transformer_conformance.reference import moe
+from transformer_conformance.reference.formats import Format
+
+#: how far apart (relative) the last selected and the first unselected expert or group are
+SEPARATION = 2.0**-14
+EXPERTS = [2, 3, 4, 8, 16, 60, 64]
+#: DeepSeek-V3's routed scaling factor 2.5, Kimi K2's 2.827, and a power of two
+SCALINGS = [2.5, 2.827, 16.0]
+SELECTIONS = ("top_k", "bias", "groups")
+ROUTED_SCALING = ("none", "factor")
+
+#: The size regimes: tokens; DeepSeek-V3's router (256 experts, k 8, 8 groups of which 4 kept); a wide k (16 of 64,
+#: past the k ≤ 8 fast paths of fused top-k kernels); the load-balancing loss over many tokens (tokens, E, k).
+REGIME_TOKENS = 1024
+MANY_EXPERTS = (256, 8, 8, 4)
+WIDE_K = (64, 16)
+AUX_TOKENS = (16_384, 64, 8)
+
+
+def separated(values: np.ndarray, k: int) -> bool:
+    """Each row's k-th and (k+1)-th largest values are a relative SEPARATION apart (True when k is the width)."""
+    if k >= values.shape[-1]:
+        return True
+    top = -np.sort(-values, axis=-1)
+    a, b = top[:, k - 1], top[:, k]
+    return bool(np.all(np.isfinite(a)) and np.all(a - b >= SEPARATION * np.maximum(np.abs(a), np.abs(b))))
+
+
+def logits(dtype: Format, n: int, e: int, spacing: float, offset: float, seed: int) -> np.ndarray:
+    """Each token's logits a random permutation of E values ``spacing`` apart around ``offset``, in ``dtype``."""
+    ranks = np.argsort(np.random.default_rng(seed).random((n, e)), axis=-1).astype(np.float64)
+    return dtype.round((ranks - (e - 1) / 2) * spacing + offset)
+
+
+def selection_is_clear(case: Case) -> bool:
+    """The drawn router case selects its experts (and groups) with room to spare (the module docstring)."""
+    x, p = case.values(), case.params
+    score, k = p["score"], int(p["k"])
+    choice = moe.router_scores(x["logits"], score) + x["bias"][None, :]
+    if p["n_group"] is not None:
+        n, e = choice.shape
+        grouped = choice.reshape(n, p["n_group"], e // p["n_group"])
+        best = np.sort(grouped, axis=-1)[..., ::-1][..., :2].sum(axis=-1)
+        if not separated(best, int(p["topk_group"])):
+            return False
+        choice = np.where(moe.group_mask(choice, p["n_group"], p["topk_group"]), choice, -np.inf)
+    return separated(choice, k)
+
+
+@st.composite
+def router_case(
+    draw: st.DrawFn,
+    dtype: Format,
+    scores: tuple[str, ...] = moe.SCORES,
+    norms: tuple[str, ...] = moe.NORMS,
+    selections: tuple[str, ...] = SELECTIONS,
+    scalings: tuple[str, ...] = ROUTED_SCALING,
+) -> Case:
+    """A router case among the declared scores, normalisations, selections and scalings."""
+    score = draw(sampled_from(scores), label="score")
+    norm = draw(sampled_from(norms), label="norm")
+    how = draw(sampled_from(selections), label="selection")
+    e = draw(sampled_from([x for x in EXPERTS if how != "groups" or x % 2 == 0]), label="E")
+    n = draw(st.integers(1, 6), label="N")
+    n_group = topk_group = None
+    if how == "groups":
+        n_group = draw(sampled_from([g for g in (2, 4, 8) if e % g == 0 and g < e] or [e // 2]), label="n_group")
+        topk_group = draw(st.integers(1, n_group), label="topk_group")
+        k = draw(st.integers(1, min(8, topk_group * (e // n_group))), label="k")
+    else:
+        k = draw(st.integers(1, min(8, e)), label="k")
+    # spacings the dtype holds exactly around the offset; sigmoid scores saturate beyond |u| ≈ 8, so its logits stay
+    # nearer zero (a score whose neighbours differ by less than a float32 rounding would be a coin toss)
+    spacing = draw(sampled_from([0.125, 0.25, 0.5] if score == "softmax" else [0.0625, 0.125]), label="spacing")
+    if score == "sigmoid":
+        spacing = min(spacing, 4.0 / e)  # every logit within 2 of the offset
+    offset = draw(sampled_from([0.0, 0.0, -2.0, 3.0] if score == "softmax" else [0.0, 0.0, -1.0, 1.5]), label="offset")
+    seed = draw(seeds, label="seed")
+    bias: np.ndarray = np.zeros(e)
+    if how != "top_k":
+        # multiples of 2^-6 in [−1/4, 1/4]: exact in every dtype, and still after a shift by a multiple of 1/4
+        grid = np.random.default_rng(seed + 1).integers(-16, 17, e) * 2.0**-6
+        bias = grid * draw(sampled_from([0.5, 1.0]), label="|bias|")
+    scaling = (
+        draw(sampled_from(SCALINGS), label="scaling")
+        if draw(sampled_from(scalings), label="routed") == "factor"
+        else 1.0
+    )
+    inputs = {"logits": logits(dtype, n, e, spacing, offset, seed), "bias": dtype.round(bias)}
+    params: dict[str, Any] = {
+        "k": k,
+        "score": score,
+        "norm": norm,
+        "routed_scaling_factor": scaling,
+        "n_group": n_group,
+        "topk_group": topk_group,
+    }
+    case = Case(inputs, params, {"E": e, "seed": seed})
+    assume(selection_is_clear(case))
+    return case
+
+
+@st.composite
+def aux_loss_case(draw: st.DrawFn, dtype: Format) -> Case:
+    """Softmax logits of N tokens over E experts for the load-balancing loss, k selected per token."""
+    e = draw(sampled_from(EXPERTS), label="E")
+    n = draw(st.integers(1, 16), label="N")
+    k = draw(st.integers(1, min(8, e)), label="k")
+    spacing = draw(sampled_from([0.125, 0.25, 0.5, 1.0]), label="spacing")
+    offset = draw(sampled_from([0.0, 0.0, -4.0, 6.0]), label="offset")
+    x = logits(dtype, n, e, spacing, offset, draw(seeds, label="seed"))
+    assume(separated(moe.router_scores(x.astype(np.float64), "softmax"), k))
+    return Case({"logits": x}, {"k": k}, {"E": e})
+
+
+def _first(declared: tuple[str, ...], preferred: tuple[str, ...]) -> str:
+    """The first of ``preferred`` the adapter declares (every choice declares at least one value)."""
+    return next((v for v in preferred if v in declared), declared[0])
+
+
+def _block_ranks(rng: np.random.Generator, n: int, e: int, groups: int) -> np.ndarray:
+    """Per token, the ranks 0 … E−1 with each group of E/groups experts holding a contiguous block of them (the
+    blocks in a random order, shuffled inside): group scores and the selection inside the kept groups stay apart."""
+    size = e // groups
+    blocks = np.argsort(rng.random((n, groups)), axis=-1)  # the block of ranks each group holds
+    inner = np.argsort(rng.random((n, e)).reshape(n, groups, size), axis=-1)
+    return (blocks[:, :, None] * size + inner).reshape(n, e).astype(np.float64)
+
+
+@st.composite
+def router_cases(draw: st.DrawFn, dtype: Format, choices: dict[str, tuple[str, ...]]) -> list[Case]:
+    """DeepSeek-V3's many experts in groups (or as much of it as the adapter declares) and a wide k, each over
+    REGIME_TOKENS tokens; the bias 0, so that the drawn order is the selection's."""
+    seed = draw(seeds, label="seed")
+    rng = np.random.default_rng(seed)
+    norm = _first(choices["norm"], ("topk", "none"))
+    scaling = 2.5 if "factor" in choices["routed_scaling"] else 1.0
+    cases = []
+    for e, k, groups, kept, preferred in (
+        (*MANY_EXPERTS, ("sigmoid", "softmax")),
+        (WIDE_K[0], WIDE_K[1], 1, 1, ("softmax", "sigmoid")),
+    ):
+        score = _first(choices["score"], preferred)
+        how = _first(choices["selection"], ("groups", "bias", "top_k") if groups > 1 else ("top_k", "bias", "groups"))
+        n_group = groups if how == "groups" else None
+        ranks = _block_ranks(rng, REGIME_TOKENS, e, groups if n_group else 1)
+        spacing = 0.25 if score == "softmax" else 4.0 / e
+        inputs = {"logits": dtype.round((ranks - (e - 1) / 2) * spacing), "bias": dtype.round(np.zeros(e))}
+        params: dict[str, Any] = {
+            "k": k,
+            "score": score,
+            "norm": norm,
+            "routed_scaling_factor": scaling,
+            "n_group": n_group,
+            "topk_group": kept if n_group else None,
+        }
+        what = f"{REGIME_TOKENS} tokens, E {e}, k {k}, {score}" + (f", {groups} groups keep {kept}" if n_group else "")
+        cases.append(Case(inputs, params, {"regime": what, "seed": seed}))
+    return cases
+
+
+@st.composite
+def aux_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The load-balancing loss over AUX_TOKENS: a mean over many tokens of many experts."""
+    seed = draw(seeds, label="seed")
+    n, e, k = AUX_TOKENS
+    x = logits(dtype, n, e, 0.25, 0.0, seed)
+    return [Case({"logits": x}, {"k": k}, {"regime": f"{n} tokens, E {e}, k {k}", "seed": seed})]
