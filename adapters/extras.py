@@ -22,6 +22,8 @@ EXTRAS: dict[str, str] = {
     "hf-olmo2": "hf",
     "hf-qwen3": "hf",
     "hf-mistral": "hf",
+    "hf-gpt-oss": "hf",
+    "hf-llama4": "hf",
     "hf": "hf",  # the group hf-llama, hf-gemma, hf-t5 (adapters/registry.py GROUPS)
     "hf-families": "hf",  # the group of adapters/hf/families
     "liger": "liger",

@@ -28,6 +28,8 @@ BUILTIN: dict[str, str] = {
     "hf-olmo2": "transformer_conformance.adapters.hf.families.models:HFOlmo2Adapter",
     "hf-qwen3": "transformer_conformance.adapters.hf.families.models:HFQwen3Adapter",
     "hf-mistral": "transformer_conformance.adapters.hf.families.models:HFMistralAdapter",
+    "hf-gpt-oss": "transformer_conformance.adapters.hf.families.models:HFGptOssAdapter",
+    "hf-llama4": "transformer_conformance.adapters.hf.families.models:HFLlama4Adapter",
     "liger": "transformer_conformance.adapters.liger.adapter:LigerAdapter",
     "liger-gemma": "transformer_conformance.adapters.liger.adapter:LigerGemmaAdapter",
     "liger-none": "transformer_conformance.adapters.liger.adapter:LigerNoneAdapter",
@@ -47,7 +49,17 @@ BUILTIN: dict[str, str] = {
 GROUPS: dict[str, tuple[str, ...]] = {
     "hf": ("hf-llama", "hf-gemma", "hf-t5"),
     # the model families of adapters/hf/families: a group of its own, so that ``--adapter hf`` keeps its length
-    "hf-families": ("hf-gpt-neox", "hf-cohere", "hf-phi3", "hf-gemma2", "hf-olmo2", "hf-qwen3", "hf-mistral"),
+    "hf-families": (
+        "hf-gpt-neox",
+        "hf-cohere",
+        "hf-phi3",
+        "hf-gemma2",
+        "hf-olmo2",
+        "hf-qwen3",
+        "hf-mistral",
+        "hf-gpt-oss",
+        "hf-llama4",
+    ),
 }
 
 

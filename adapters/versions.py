@@ -116,7 +116,17 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "onnxruntime-export": (ONNXRUNTIME, TORCH_EXPORTER, ONNXSCRIPT),
     **{
         name: (TRANSFORMERS_5, TORCH)
-        for name in ("hf-gpt-neox", "hf-cohere", "hf-phi3", "hf-gemma2", "hf-olmo2", "hf-qwen3", "hf-mistral")
+        for name in (
+            "hf-gpt-neox",
+            "hf-cohere",
+            "hf-phi3",
+            "hf-gemma2",
+            "hf-olmo2",
+            "hf-qwen3",
+            "hf-mistral",
+            "hf-gpt-oss",
+            "hf-llama4",
+        )
     },
     "mlx": (MLX,),
     "torchtune": (TORCHTUNE, TORCHAO, TORCH),

@@ -72,6 +72,35 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
             "v": fill(dtype, (1, 2, 5, 8), 1.0, seed + 2),
         }
         params = {"causal": True, "softcap": 5.0 if choice == "tanh" else None, "scale": None}
+    elif op in ("sliding_window_attention", "chunked_attention", "sink_attention"):  # as attention, spans of 2
+        inputs = {
+            "q": fill(dtype, (1, 4, 3, 8), 1.0, seed),
+            "k": fill(dtype, (1, 2, 5, 8), 1.0, seed + 1),
+            "v": fill(dtype, (1, 2, 5, 8), 1.0, seed + 2),
+        }
+        if op == "sliding_window_attention":
+            params = {"window": 2, "softcap": 5.0 if choice == "tanh" else None, "scale": None}
+        elif op == "chunked_attention":
+            params = {"chunk": 2, "scale": None}
+        else:
+            inputs["sinks"] = fill(dtype, (4,), 1.0, seed + 3)
+            params = {"causal": True, "window": None, "scale": None}
+    elif op == "moe_router":  # the declared value named by ``choice``, the first of each other choice
+        inputs = {
+            "logits": dtype.round(np.arange(24.0).reshape(3, 8)[:, ::-1] * 0.25),
+            "bias": dtype.round(np.zeros(8)),
+        }
+        params = {
+            "k": 2,
+            "score": choice if choice in ("softmax", "sigmoid") else "softmax",
+            "norm": "topk" if choice == "topk" else "none",
+            "routed_scaling_factor": 2.5 if choice == "factor" else 1.0,
+            "n_group": 2 if choice == "groups" else None,
+            "topk_group": 1 if choice == "groups" else None,
+        }
+    elif op == "moe_aux_loss":
+        inputs = {"logits": dtype.round(np.arange(24.0).reshape(3, 8)[:, ::-1] * 0.25)}
+        params = {"k": 2}
     elif op == "block":  # four query heads on two KV heads, the placement the candidate declares
         d, hd, h = 8, 2, 12
         shapes = {

@@ -2,10 +2,18 @@
 from a configuration of that family (no weights are downloaded), in the dtype under test.
 
 A family is described by a :class:`Family`: its configuration class, its norm, its rotary embedding class and
-``apply_rotary_pos_emb``, its MLP, its eager attention function and its decoder layer. The suite's weights
+``apply_rotary_pos_emb``, its MLP, its decoder layer, and its attention module with the eager attention function
+of its modeling file. The suite's weights
 enter the modules through ``torch.func.functional_call`` (transposed, and concatenated where the family fuses
 projections, as Phi-3's ``qkv_proj`` and ``gate_up_proj``): exact operations, so autograd hands each of the
 suite's weights its gradient directly.
+
+Local attention (sliding-window, chunked, sinks) runs as the family's model runs it: the mask from
+``masking_utils`` by the layer's type (``create_sliding_window_causal_mask``, ``create_chunked_causal_mask``,
+``create_causal_mask``), sized by a ``DynamicCache`` holding the L_k − L_q earlier keys (query i is token
+i + L_k − L_q, as in decoding), then the family's ``eager_attention_forward`` on an attention module built from the
+configuration, with the module's own attributes (``scaling``, ``sliding_window``, ``attn_logit_softcapping``) and
+the suite's ``sinks`` as its parameter.
 
 Seeds: seed-000 §Pre-norm vs. post-norm and §A modern decoder block, seed-002 §3.1.1–3.1.2 (blocks); the RoPE
 and norm statements the contract's operations cite (docs/coverage.md).
@@ -21,6 +29,12 @@ from typing import Any
 import torch
 from torch import nn
 from torch.func import functional_call
+from transformers.cache_utils import DynamicCache
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_chunked_causal_mask,
+    create_sliding_window_causal_mask,
+)
 
 from transformer_conformance.adapters.hf.adapter import _HFAdapter
 from transformer_conformance.adapters.versions import SUPPORTED, require
@@ -54,6 +68,17 @@ class Family:
     weight_offset: float = 0.0
     #: configuration keys every configuration of this family gets, as (key, value) pairs
     fixed: tuple[tuple[str, Any], ...] = ()
+    #: the attention module and the modeling file's ``eager_attention_forward`` it calls (local attention)
+    attention: type[nn.Module] | None = None
+    eager: Callable[..., tuple[torch.Tensor, Any]] | None = None
+
+
+#: the mask each layer type gets, as the families' models build them (masking_utils' functions)
+MASKS: dict[str, Callable[..., Any]] = {
+    "full_attention": create_causal_mask,
+    "sliding_attention": create_sliding_window_causal_mask,
+    "chunked_attention": create_chunked_causal_mask,
+}
 
 
 def _freeze(value: Any) -> Any:
@@ -97,6 +122,48 @@ def rotary_module(family: Family, head_dim: int, rotary_dim: int, base: float, s
         **({"original_max_position_embeddings": original} if "original_max_position_embeddings" in rule else {}),
     )
     return family.rotary(config)
+
+
+class EagerCall(nn.Module):
+    """The family's attention module handed to its eager attention function with what the module's forward passes:
+    its ``scaling``, ``sliding_window``, soft-cap (Gemma 2's ``attn_logit_softcapping``) and sinks (gpt-oss's
+    ``sinks``, also passed as ``s_aux``). Its parameters are the suite's through ``functional_call``."""
+
+    def __init__(self, attn: nn.Module, eager: Callable[..., tuple[torch.Tensor, Any]]) -> None:
+        super().__init__()
+        self.attn = attn
+        self.eager = eager
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        attn = self.attn
+        kwargs: dict[str, Any] = {"sliding_window": getattr(attn, "sliding_window", None)}
+        if hasattr(attn, "attn_logit_softcapping"):
+            kwargs["softcap"] = attn.attn_logit_softcapping
+        if "sinks" in attn._parameters:
+            kwargs["s_aux"] = attn.sinks
+        out, _ = self.eager(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling, **kwargs)
+        return out.transpose(1, 2)  # the eager functions return (B, L_q, H, D_v)
+
+
+def layer_mask(
+    config: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """(the mask, keys, values) of one attention layer as the model builds them in decoding: a ``DynamicCache``
+    holding the L_k − L_q earlier keys, the mask of the layer's type (``config.layer_types[0]``; for a family without
+    layer types, Mistral's rule: sliding when ``sliding_window`` is set) from masking_utils for the L_q new tokens,
+    then the cache's ``update`` with the new keys, which returns all L_k of them."""
+    past = k.shape[-2] - q.shape[-2]
+    cache = DynamicCache()
+    if past:
+        cache.update(k[:, :, :past], v[:, :, :past], 0)
+    types = getattr(config, "layer_types", None)
+    kind = types[0] if types else ("sliding_attention" if getattr(config, "sliding_window", None) else "full_attention")
+    b, lq = q.shape[0], q.shape[-2]
+    embeds = torch.zeros(b, lq, config.hidden_size, dtype=q.dtype, device=q.device)  # only its shape and dtype count
+    positions = torch.arange(past, past + lq, device=q.device)[None, :]
+    mask = MASKS[kind](config=config, inputs_embeds=embeds, attention_mask=None, cache=cache, position_ids=positions)
+    keys, values = cache.update(k[:, :, past:], v[:, :, past:], 0)
+    return mask, keys, values
 
 
 class FamilyAdapter(_HFAdapter):
@@ -226,6 +293,76 @@ class FamilyAdapter(_HFAdapter):
     def adjust_block_config(self, config: Any) -> None:
         """Family-specific settings of the block's configuration (Gemma 2's query scalar, say)."""
 
+    def attention_config(self, scale: float | None, head_dim: int) -> dict[str, Any]:
+        """Family-specific configuration keys of local attention (Gemma 2's query scalar, say)."""
+        return {}
+
+    def local_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        scale: float | None,
+        sinks: torch.Tensor | None = None,
+        **config_keys: Any,
+    ) -> torch.Tensor:
+        """q (B, H_q, L_q, D), k, v (B, H_kv, L_k, ·) through the family's attention layer built from a configuration
+        with ``config_keys`` (its layer type, window or chunk, soft-cap): :func:`layer_mask`, then the family's eager
+        attention on its attention module (built on the meta device: its projections are not used). ``scale`` None is
+        the module's own ``scaling`` (1/√D); a number replaces that attribute, as a model configured for it holds."""
+        assert self.family.attention is not None and self.family.eager is not None  # declared only where it has them
+        hq, hkv, d = q.shape[1], k.shape[1], q.shape[-1]
+        config = make_config(
+            self.family,
+            hidden_size=hq * d,
+            num_attention_heads=hq,
+            num_key_value_heads=hkv,
+            head_dim=d,
+            **self.attention_config(scale, d),
+            **config_keys,
+        )
+        with torch.device("meta"):
+            attn = self.family.attention(config, layer_idx=0)
+        attn.eval()
+        if scale is not None:
+            setattr(attn, "scaling", float(scale))  # noqa: B010 - a module attribute, not a parameter
+        mask, keys, values = layer_mask(config, q, k, v)
+        weights = {} if sinks is None else {"attn.sinks": sinks}
+        return functional_call(EagerCall(attn, self.family.eager), weights, (q, keys, values, mask))
+
+    def layer_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        softcap: float | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """The contract's attention as the family's full-attention layer (``create_causal_mask``; not causal:
+        ``is_causal`` False, masking_utils' bidirectional mask), for families whose eager attention has no soft-cap."""
+        if softcap is not None:
+            raise NotImplementedError(f"{self.name}'s attention has no soft-cap")
+        return self.local_attention(q, k, v, scale, is_causal=bool(causal))
+
+    def sliding_window_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        window: int,
+        softcap: float | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """A sliding layer: the configuration's ``sliding_window`` = W (and the soft-cap where the family has one)."""
+        return self.local_attention(q, k, v, scale, **self.sliding_config(int(window), softcap))
+
+    def sliding_config(self, window: int, softcap: float | None) -> dict[str, Any]:
+        """The configuration keys of a sliding layer of window W (families override)."""
+        if softcap is not None:
+            raise NotImplementedError(f"{self.name}'s attention has no soft-cap")
+        return {"sliding_window": window}
+
     def _impl(self, op: str) -> Callable[..., torch.Tensor]:
         impl: dict[str, Callable[..., torch.Tensor]] = {
             "rms_norm": self.rms_norm,
@@ -235,5 +372,6 @@ class FamilyAdapter(_HFAdapter):
             "glu_mlp": self.glu_mlp,
             "attention": self.attention,
             "block": self.block,
+            "sliding_window_attention": self.sliding_window_attention,
         }
         return impl[op]

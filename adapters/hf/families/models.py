@@ -26,7 +26,29 @@ source; what a family cannot express in the contract is not declared, and docs/a
   whose eager function has no soft-cap (the contract's qk_norm_attention draws one); its block has that
   QK-norm, which the contract's block has not: neither is declared.
 * ``hf-mistral`` — ``MistralRMSNorm``; Mistral's rotary embedding; ``MistralMLP``; ``MistralDecoderLayer``
-  (pre-norm, no sliding window) for the block.
+  (pre-norm, no sliding window) for the block; sliding_window_attention as a Mistral model with the configuration's
+  ``sliding_window`` = W runs it: ``create_sliding_window_causal_mask`` (masking_utils: key j visible from token p iff
+  j ≤ p and j > p − W, so W counts the query's own token: ``sliding_window="inclusive"``), then Mistral's
+  ``eager_attention_forward`` on ``MistralAttention`` (no soft-cap: only ``softcap`` none is declared); attention
+  the same way with ``sliding_window`` None (``create_causal_mask``; not causal: ``is_causal`` False).
+* ``hf-gemma2`` also declares sliding_window_attention: a ``"sliding_attention"`` layer (``layer_types``) with
+  ``sliding_window`` = W and ``attn_logit_softcapping`` = the cap, the same mask function, Gemma 2's eager attention
+  on ``Gemma2Attention`` (``query_pre_attn_scalar`` = head_dim, as its block and attention: scale 1/√D).
+* ``hf-gpt-oss`` — ``GptOssRMSNorm`` (the weight multiplies the float32 normalised value: one rounding); gpt-oss's
+  rotary embedding and ``apply_rotary_pos_emb`` (halves, in x's dtype); sink_attention through its eager attention
+  on ``GptOssAttention``, whose ``sinks`` parameter are the suite's: a ``"full_attention"`` layer
+  (``create_causal_mask``), or a ``"sliding_attention"`` one with ``sliding_window`` = W for a window, or
+  ``is_causal`` False (masking_utils' bidirectional mask) for attention that is not causal. Its softmax runs in the
+  input dtype (``F.softmax(..., dtype=combined_logits.dtype)``): unfused. Its MoE MLP (clamped SwiGLU with
+  α = 1.702, experts' biases) is not the contract's and its attention always has sinks: neither the MLPs, attention
+  nor the block is declared.
+* ``hf-llama4`` — Llama 4's text model: ``Llama4TextRMSNorm`` (normalised value cast to x's dtype, then the weight);
+  ``Llama4TextRotaryEmbedding``'s complex ``freqs_cis`` and ``apply_rotary_emb`` (``view_as_complex``: interleaved
+  pairs, rotated in float32 and rounded once); ``Llama4TextMLP``; chunked_attention as a ``"chunked_attention"``
+  layer with ``attention_chunk_size`` = C: ``create_chunked_causal_mask``, then Llama 4's eager attention on
+  ``Llama4TextAttention``, whose softmax runs in the input dtype (no float32 upcast): unfused; attention as its
+  ``"full_attention"`` layer (no soft-cap). Its decoder layer
+  (MoE or a dense MLP of ``intermediate_size_mlp``, QK L2-norm on RoPE layers) is not the contract's block.
 """
 
 from __future__ import annotations
@@ -41,6 +63,8 @@ from transformers import (
     CohereConfig,
     Gemma2Config,
     GPTNeoXConfig,
+    GptOssConfig,
+    Llama4TextConfig,
     MistralConfig,
     Olmo2Config,
     Phi3Config,
@@ -49,19 +73,31 @@ from transformers import (
 from transformers.models.cohere import modeling_cohere as cohere
 from transformers.models.gemma2 import modeling_gemma2 as gemma2
 from transformers.models.gpt_neox import modeling_gpt_neox as neox
+from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss
+from transformers.models.llama4 import modeling_llama4 as llama4
 from transformers.models.mistral import modeling_mistral as mistral
 from transformers.models.olmo2 import modeling_olmo2 as olmo2
 from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
 from transformer_conformance.adapters.contract import Capability, Conventions
-from transformer_conformance.adapters.hf.families.base import ACT2FN_NAMES, Family, FamilyAdapter, make_config
+from transformer_conformance.adapters.hf.families.base import (
+    ACT2FN_NAMES,
+    Family,
+    FamilyAdapter,
+    make_config,
+    rotary_module,
+)
 
 #: what every family declares on the same grounds as hf-llama: float32 angles, HF's chain of ops for RoPE and
 #: the MLP (each intermediate in the input dtype), eager attention bottom-right
 ROPE_MLP_UNFUSED = frozenset({"rope", "rope_scaled", "swiglu_mlp", "glu_mlp", "mlp"})
 #: the gated activations ACT2FN has for the contract's glu_mlp
 GLU = frozenset({"silu", "gelu_erf", "gelu_tanh", "gelu_sigmoid", "relu"})
+#: eager attention as the families run it, q·kᵀ, the scale, the mask and ·V each in the input dtype
+LAYER_ATTENTION = frozenset({"attention", "sliding_window_attention"})
+#: an attention without a soft-cap
+NO_SOFTCAP = Capability(values={"softcap": frozenset({"none"})})
 
 
 def _eps(cls: type) -> float:
@@ -197,6 +233,8 @@ class HFGemma2Adapter(FamilyAdapter):
             ("attn_logit_softcapping", None),
             ("final_logit_softcapping", None),
         ),
+        attention=gemma2.Gemma2Attention,
+        eager=gemma2.eager_attention_forward,
     )
 
     def __init__(self, device: str = "cpu") -> None:
@@ -206,8 +244,9 @@ class HFGemma2Adapter(FamilyAdapter):
             rope_layout="half",
             norm_rounding="single",
             norm_weight_offset=1.0,
-            unfused=ROPE_MLP_UNFUSED | {"attention", "block"},
+            unfused=ROPE_MLP_UNFUSED | {"attention", "block", "sliding_window_attention"},
             eps_defaults={"rms_norm": eps, "layer_norm": eps},
+            sliding_window="inclusive",  # masking_utils' sliding_window_overlay: kv_idx > q_idx − W
         )
         self.capabilities = {
             "rms_norm": Capability(),
@@ -216,10 +255,18 @@ class HFGemma2Adapter(FamilyAdapter):
             "glu_mlp": Capability(values={"activation": GLU}),
             "attention": Capability(),
             "block": Capability(values={"placement": frozenset({"double"})}),
+            "sliding_window_attention": Capability(),
         }
 
     def adjust_block_config(self, config: Any) -> None:
         config.query_pre_attn_scalar = config.head_dim  # scaling query_pre_attn_scalar^-½: the contract's 1/√D
+
+    def attention_config(self, scale: float | None, head_dim: int) -> dict[str, Any]:
+        return {"query_pre_attn_scalar": head_dim}  # the module's scaling 1/√D, as the block's
+
+    def sliding_config(self, window: int, softcap: float | None) -> dict[str, Any]:
+        # a sliding layer of Gemma 2's alternation, its logits soft-capped by the configuration's cap
+        return {"layer_types": ["sliding_attention"], "sliding_window": window, "attn_logit_softcapping": softcap}
 
     def layer_weights(self, placement: str, w: Any) -> dict[str, torch.Tensor]:
         out = super().layer_weights(placement, w)
@@ -231,8 +278,11 @@ class HFGemma2Adapter(FamilyAdapter):
         return out | {k: self.norm_weight(w[v]) for k, v in names.items()}
 
 
-def _llama_like(cls_name: str, name: str, family: Family, rounding: str, block: str | None) -> type[FamilyAdapter]:
-    """An adapter for a family laid out as Llama (RMSNorm, half-split RoPE, gate/up/down MLP)."""
+def _llama_like(
+    cls_name: str, name: str, family: Family, rounding: str, block: str | None, sliding: bool = False
+) -> type[FamilyAdapter]:
+    """An adapter for a family laid out as Llama (RMSNorm, half-split RoPE, gate/up/down MLP); ``sliding``: its
+    eager attention in sliding layers (sliding_window_attention, inclusive, no soft-cap)."""
 
     def __init__(self: FamilyAdapter, device: str = "cpu") -> None:
         FamilyAdapter.__init__(self, device)
@@ -241,8 +291,9 @@ def _llama_like(cls_name: str, name: str, family: Family, rounding: str, block: 
         self.conventions = Conventions(
             rope_layout="half",
             norm_rounding="before_weight" if rounding == "before_weight" else "single",
-            unfused=unfused | ({"block"} if block else set()),
+            unfused=unfused | ({"block"} if block else set()) | (LAYER_ATTENTION if sliding else set()),
             eps_defaults={"rms_norm": eps, "layer_norm": eps},
+            sliding_window="inclusive",  # masking_utils' sliding_window_overlay: kv_idx > q_idx − W
         )
         self.capabilities = {
             "rms_norm": Capability(),
@@ -252,6 +303,14 @@ def _llama_like(cls_name: str, name: str, family: Family, rounding: str, block: 
         }
         if block:
             self.capabilities["block"] = Capability(values={"placement": frozenset({block})})
+        if sliding:
+            self.capabilities["attention"] = NO_SOFTCAP
+            self.capabilities["sliding_window_attention"] = NO_SOFTCAP
+
+    def _impl(self: FamilyAdapter, op: str) -> Any:
+        if sliding and op == "attention":  # the family's own full-attention layer, not hf-llama's
+            return self.layer_attention
+        return FamilyAdapter._impl(self, op)
 
     return type(
         cls_name,
@@ -260,6 +319,7 @@ def _llama_like(cls_name: str, name: str, family: Family, rounding: str, block: 
             "name": name,
             "family": family,
             "__init__": __init__,
+            "_impl": _impl,
             "__doc__": f"``{name}``: {family.norm.__name__}, RoPE, MLP.",
         },
     )
@@ -290,7 +350,120 @@ HFMistralAdapter = _llama_like(
         mistral.MistralMLP,
         mistral.MistralDecoderLayer,
         fixed=(("sliding_window", None),),
+        attention=mistral.MistralAttention,
+        eager=mistral.eager_attention_forward,
     ),
     "before_weight",
     "pre",
+    sliding=True,
 )
+
+
+class HFGptOssAdapter(FamilyAdapter):
+    """``hf-gpt-oss``: GptOssRMSNorm, gpt-oss's RoPE, attention with sinks (and its sliding layers)."""
+
+    name = "hf-gpt-oss"
+    family = Family(
+        GptOssConfig,
+        gpt_oss.GptOssRMSNorm,
+        gpt_oss.GptOssRotaryEmbedding,
+        gpt_oss.apply_rotary_pos_emb,
+        gpt_oss.GptOssMLP,
+        fixed=(("layer_types", ("full_attention",)),),
+        attention=gpt_oss.GptOssAttention,
+        eager=gpt_oss.eager_attention_forward,
+    )
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        eps = _eps(gpt_oss.GptOssRMSNorm)
+        self.conventions = Conventions(
+            rope_layout="half",
+            norm_rounding="single",
+            unfused=frozenset({"rope", "sink_attention"}),
+            eps_defaults={"rms_norm": eps, "layer_norm": eps},
+            sliding_window="inclusive",  # masking_utils' sliding_window_overlay: kv_idx > q_idx − W
+        )
+        self.capabilities = {"rms_norm": Capability(), "rope": Capability(), "sink_attention": Capability()}
+
+    def sink_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sinks: torch.Tensor,
+        causal: bool = True,
+        window: int | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        if window is not None:  # gpt-oss's banded layers
+            keys: dict[str, Any] = {"layer_types": ["sliding_attention"], "sliding_window": int(window)}
+        else:
+            keys = {"layer_types": ["full_attention"], "is_causal": bool(causal)}
+        return self.local_attention(q, k, v, scale, sinks=sinks, **keys)
+
+    def _impl(self, op: str) -> Any:
+        return {"sink_attention": self.sink_attention}.get(op) or super()._impl(op)
+
+
+class HFLlama4Adapter(FamilyAdapter):
+    """``hf-llama4``: Llama4TextRMSNorm, Llama 4's complex RoPE, Llama4TextMLP, chunked attention."""
+
+    name = "hf-llama4"
+    family = Family(
+        Llama4TextConfig,
+        llama4.Llama4TextRMSNorm,
+        llama4.Llama4TextRotaryEmbedding,
+        llama4.apply_rotary_emb,
+        llama4.Llama4TextMLP,
+        # one layer: RoPE on (no_rope_layers [1]), so chunked where attention_chunk_size is set
+        fixed=(("no_rope_layers", (1,)), ("layer_types", ("full_attention",))),
+        attention=llama4.Llama4TextAttention,
+        eager=llama4.eager_attention_forward,
+    )
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        eps = _eps(llama4.Llama4TextRMSNorm)
+        self.conventions = Conventions(
+            rope_layout="interleaved",
+            norm_rounding="before_weight",
+            unfused=frozenset({"rms_norm.vjp", "swiglu_mlp", "glu_mlp", "attention", "chunked_attention"}),
+            eps_defaults={"rms_norm": eps, "layer_norm": eps},
+        )
+        self.capabilities = {
+            "rms_norm": Capability(),
+            "rope": Capability(),
+            "swiglu_mlp": Capability(),
+            "glu_mlp": Capability(values={"activation": GLU}),
+            "attention": NO_SOFTCAP,
+            "chunked_attention": Capability(),
+        }
+
+    def rope(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        base: float = 10000.0,
+        rotary_dim: int | None = None,
+        scaling: Any = None,
+    ) -> torch.Tensor:
+        """x (..., T, d) through Llama 4's ``freqs_cis`` and ``apply_rotary_emb``, which takes (B, T, H, D): the
+        first ``rotary_dim`` dims rotated, the rest passed through."""
+        t, d = x.shape[-2:]
+        rd = d if rotary_dim is None else rotary_dim
+        q = x.reshape(-1, t, d).transpose(0, 1)[None]  # (1, T, heads, d)
+        module = rotary_module(self.family, d, rd, float(base)).to(x.device)
+        freqs_cis = module(q, positions[None, :])
+        q_rot, _ = self.family.apply_rotary(q[..., :rd], q[..., :rd], freqs_cis)
+        return torch.cat((q_rot, q[..., rd:]), dim=-1)[0].transpose(0, 1).reshape(x.shape)
+
+    def chunked_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int, scale: float | None = None
+    ) -> torch.Tensor:
+        keys: dict[str, Any] = {"layer_types": ["chunked_attention"], "attention_chunk_size": int(chunk)}
+        return self.local_attention(q, k, v, scale, **keys)
+
+    def _impl(self, op: str) -> Any:
+        impl = {"rope": self.rope, "attention": self.layer_attention, "chunked_attention": self.chunked_attention}
+        return impl.get(op) or super()._impl(op)
