@@ -64,3 +64,32 @@ def test_one_pass_variance_is_enforced() -> None:
         check_forward(declared, "layer_norm", c, dtype, Record("ln", "layer_norm", "", ""))
     with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
         check_forward(undeclared, "layer_norm", c, dtype, Record("ln", "layer_norm", "", ""))
+
+
+def test_jax_sliding_window_is_exclusive_and_top_left() -> None:
+    """``local_window_size=(1, 0)`` under ``is_causal`` with L_q = 3 < L_k = 5: query i sees keys i − 1 and i (two:
+    W counts the keys before its own, exclusive) and is token i (top-left). Zero scores make the weights uniform over
+    the visible keys, and one-hot values show which they are; the oracle under either other declaration disagrees."""
+    from dataclasses import replace
+
+    from transformer_conformance.reference.local_attention import window_mask
+
+    adapter = load_adapter("jax")
+    conv = adapter.conventions
+    assert (conv.sliding_window, conv.causal_alignment) == ("exclusive", "top_left")
+    lq, lk = 3, 5
+    onehot = {"q": np.zeros((1, 2, lq, 1), np.float32), "k": np.zeros((1, 1, lk, 1), np.float32)}
+    onehot["v"] = np.eye(lk, dtype=np.float32)[None, None]
+    seen = adapter.forward("sliding_window_attention", onehot, {"window": 1, "softcap": None, "scale": None}) > 0
+    assert np.array_equal(seen, np.broadcast_to(window_mask(lq, lk, 1, "top_left", "exclusive"), seen.shape))
+
+    dtype = fmt("float32")
+    inputs = {"q": fill(dtype, (1, 2, lq, 4), 1.0, 0), "k": fill(dtype, (1, 1, lk, 4), 1.0, 1)}
+    c = Case(inputs | {"v": fill(dtype, (1, 1, lk, 3), 1.0, 2)}, {"window": 1, "softcap": None, "scale": None})
+    record = Record("swa", "sliding_window_attention", "", "")
+    with outside_hypothesis():
+        check_forward(adapter, "sliding_window_attention", c, dtype, record)
+    for wrong in (replace(conv, sliding_window="inclusive"), replace(conv, causal_alignment="bottom_right")):
+        adapter.conventions = wrong
+        with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+            check_forward(adapter, "sliding_window_attention", c, dtype, record)

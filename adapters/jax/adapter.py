@@ -3,7 +3,10 @@
 Where JAX has the operation it is used as it is: ``jax.nn.standardize`` for both norms (RMSNorm as
 standardize with the mean given as 0), ``jax.nn.silu``, ``jax.nn.log_softmax``, ``jax.nn.logsumexp``.
 RoPE has no JAX function; it is written in jax.numpy as model code writes it (half-split layout, angles
-and rotation in float32, one rounding). Every function is jitted, and its gradient is ``jax.vjp`` of the
+and rotation in float32, one rounding). Sliding-window attention is ``jax.nn.dot_product_attention`` as a
+JAX user calls it: ``is_causal=True`` with ``local_window_size=(W, 0)`` (``implementation="xla"``), grouped
+KV heads passed as they are (jax.nn takes H_q a multiple of H_kv; query head h reads KV head h // G), in its
+(B, L, H, D) layout, transposed in and out. Every function is jitted, and its gradient is ``jax.vjp`` of the
 same function.
 
 Declared, because measured on jax 0.10.2 / XLA CPU:
@@ -17,7 +20,16 @@ Declared, because measured on jax 0.10.2 / XLA CPU:
 * a Python scalar (ε, α) meets a bfloat16 array as a weakly typed value: it is rounded to bfloat16;
 * sums inside gradients (the transpose of a broadcast: the weight and bias gradients of the norms) are
   ``lax`` reductions that accumulate in the input dtype, unlike ``jnp.sum``, which upcasts;
-* XLA on the CPU flushes subnormal results to zero.
+* XLA on the CPU flushes subnormal results to zero;
+* ``local_window_size=(W, 0)`` lets query i see keys i − W ≤ j ≤ i, W keys before its own (W = 1: two keys):
+  ``sliding_window="exclusive"``; ``is_causal=True`` is ``jnp.tril`` of the (L_q, L_k) logits and the window
+  compares the row and column indices, so with L_q < L_k query i is token i: ``causal_alignment="top_left"``
+  (the only operation it governs here is ``sliding_window_attention``);
+* ``jax.nn.dot_product_attention`` has no soft-cap (softcap ``none`` only) and takes one head width for q, k
+  and v: the narrower is padded to the wider with zeros (exact: zero terms of the dot products, the padded
+  columns sliced off), the default scale taken from q's own width. Jitted on the CPU it does not run in
+  float16 (its explicit dot algorithm F16_F16_F32 fails to lower, past its eager try/except fallback), so
+  float16 is not declared; in bfloat16 its 1-element products do not compile (expectations/jax.toml).
 """
 
 from __future__ import annotations
@@ -80,6 +92,34 @@ def _rope(x: jax.Array, positions: jax.Array, base: float = 10000.0, rotary_dim:
     return jax_rope(x, positions, base, rotary_dim, "half")
 
 
+def _sliding_window_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    window: int,
+    softcap: float | None = None,
+    scale: float | None = None,
+) -> jax.Array:
+    if softcap is not None:
+        raise ValueError("jax.nn.dot_product_attention has no soft-cap; the jax adapter declares softcap none only")
+    d, dv = q.shape[-1], v.shape[-1]
+    width = max(d, dv)
+
+    def blhd(a: jax.Array) -> jax.Array:  # (B, H, L, ·) → jax.nn's (B, L, H, width)
+        return jnp.swapaxes(jnp.pad(a, [(0, 0)] * 3 + [(0, width - a.shape[-1])]), 1, 2)
+
+    out = jax.nn.dot_product_attention(
+        blhd(q),
+        blhd(k),
+        blhd(v),
+        scale=1.0 / float(np.sqrt(d)) if scale is None else scale,
+        is_causal=True,
+        local_window_size=(int(window), 0),
+        implementation="xla",
+    )
+    return jnp.swapaxes(out, 1, 2)[..., :dv]
+
+
 IMPL: dict[str, Callable[..., jax.Array]] = {
     "rms_norm": _rms_norm,
     "layer_norm": _layer_norm,
@@ -87,6 +127,7 @@ IMPL: dict[str, Callable[..., jax.Array]] = {
     "swiglu_mlp": _swiglu_mlp,
     "cross_entropy": _cross_entropy,
     "z_loss": _z_loss,
+    "sliding_window_attention": _sliding_window_attention,
 }
 
 
@@ -140,7 +181,8 @@ class JaxAdapter:
             compute_dtype="float32",
             # every primitive rounds to the input dtype (measured); the norms also round x̂ before the weight
             # multiply, which "unfused" already covers
-            unfused=frozenset({"rms_norm", "layer_norm", "swiglu_mlp", "cross_entropy"}),
+            # jax.nn.dot_product_attention casts the float32 softmax to the input dtype before P·V (source)
+            unfused=frozenset({"rms_norm", "layer_norm", "swiglu_mlp", "cross_entropy", "sliding_window_attention"}),
             # the weight and bias gradients are sums over rows of a broadcast's transpose, a lax reduction
             # that accumulates in the input dtype (jnp.sum upcasts; lax.reduce does not): measured
             low_precision_sums=frozenset({"rms_norm.vjp", "layer_norm.vjp"}),
@@ -148,9 +190,17 @@ class JaxAdapter:
             # XLA CPU flushes subnormal results to zero (FTZ/DAZ): exp(-88.5) is 0 in float32
             flush_subnormals=True,
             eps_defaults={"rms_norm": 1e-5, "layer_norm": 1e-5},
+            # jax.nn.dot_product_attention(is_causal=True, local_window_size=(W, 0)): query i sees keys
+            # i − W ≤ j ≤ i, W before its own, and query i is token i when L_q < L_k (tril of the logits): measured
+            causal_alignment="top_left",
+            sliding_window="exclusive",
         )
         # what it implements (operations added to the contract later are not declared until implemented)
         self.capabilities = {op: Capability() for op in (*IMPL, "swiglu_hidden_dim")}
+        # float16: "F16_F16_F32 is not supported by dot_general on CPU" under jit, for every shape (measured)
+        self.capabilities["sliding_window_attention"] = Capability(
+            dtypes=frozenset({"float32", "bfloat16"}), values={"softcap": frozenset({"none"})}
+        )
 
     def environment(self) -> dict[str, str]:
         import jaxlib
