@@ -34,6 +34,7 @@ Declared, because measured on jax 0.10.2 / XLA CPU:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
@@ -197,10 +198,14 @@ class JaxAdapter:
         )
         # what it implements (operations added to the contract later are not declared until implemented)
         self.capabilities = {op: Capability() for op in (*IMPL, "swiglu_hidden_dim")}
-        # float16: "F16_F16_F32 is not supported by dot_general on CPU" under jit, for every shape (measured)
-        self.capabilities["sliding_window_attention"] = Capability(
-            dtypes=frozenset({"float32", "bfloat16"}), values={"softcap": frozenset({"none"})}
-        )
+        # float16: "F16_F16_F32 is not supported by dot_general on CPU" under jit, for every shape (measured);
+        # a jax.nn without local_window_size has no sliding window: the operation is then not declared
+        if "local_window_size" in inspect.signature(jax.nn.dot_product_attention).parameters:
+            self.capabilities["sliding_window_attention"] = Capability(
+                dtypes=frozenset({"float32", "bfloat16"}), values={"softcap": frozenset({"none"})}
+            )
+        else:
+            del self.capabilities["sliding_window_attention"]
 
     def environment(self) -> dict[str, str]:
         import jaxlib
