@@ -31,8 +31,10 @@ import numpy as np
 
 from transformer_conformance.reference.blocks import BLOCK_INPUTS, PLACEMENTS
 from transformer_conformance.reference.linear_losses import REDUCTIONS
+from transformer_conformance.reference.mla import FORMS
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
 from transformer_conformance.reference.moe import NORMS, SCORES
+from transformer_conformance.reference.mrope import STREAMS
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
 
@@ -103,6 +105,21 @@ OPS: dict[str, OpSpec] = {
         summary="rope with context extension: scaling = {'type': 'linear'|'ntk'|'dynamic'|'yarn'|'llama3'|'longrope', "
         "'factor': s, ...} (docs/adapter-contract.md). Output like x.",
     ),
+    "mrope": OpSpec(
+        ("x",),
+        int_inputs=("positions",),
+        params=("base", "sections", "streams"),
+        summary="multimodal RoPE (Qwen2-VL): x (..., T, d), positions (3, T) — temporal, height, width; sections "
+        "(n_t, n_h, n_w) summing to d/2; pair i rotated by p_s(i)·θ_i in the declared layout, s(i) by streams "
+        "'sections' (consecutive blocks: Qwen2-VL) or 'interleaved' (Qwen3-VL). Output like x.",
+    ),
+    "attention_temperature": OpSpec(
+        ("q",),
+        int_inputs=("positions",),
+        params=("floor_scale", "attn_scale"),
+        summary="q (..., T, D), positions (T,): the query at token t times log(1 + ⌊(p_t + 1)/floor_scale⌋)·attn_scale "
+        "+ 1 (Llama 4's attention temperature tuning on NoPE layers). Output like q.",
+    ),
     "cross_entropy_mean": OpSpec(
         ("logits",),
         int_inputs=("targets",),
@@ -158,6 +175,17 @@ OPS: dict[str, OpSpec] = {
         summary="attention with sinks (H_q,), one logit per query head joining the softmax and dropped after it: "
         "Σ_j e^{s_j} v_j / (Σ_j e^{s_j} + e^{σ_h}); causal bool, window W or None (causal and sliding, as "
         "sliding_window_attention). Output (B, Hq, Lq, Dv).",
+    ),
+    "mla_attention": OpSpec(
+        ("q_nope", "q_rope", "latent", "k_rope", "w_uk", "w_uv"),
+        int_inputs=("q_positions", "k_positions"),
+        params=("causal", "base", "mscale", "form"),
+        summary="multi-head latent attention (DeepSeek-V2/V3): q_nope (B, H, L_q, D_n), q_rope (B, H, L_q, D_r), "
+        "latent (B, L_k, D_c), k_rope (B, L_k, D_r) shared by the heads, w_uk (H, D_c, D_n), w_uv (H, D_c, D_v): keys "
+        "[latent·w_uk[h], RoPE(k_rope)], values latent·w_uv[h], queries [q_nope, RoPE(q_rope)] (RoPE at the positions "
+        "in the declared layout); softmax scale mscale²/√(D_n + D_r), mscale None or {'factor': s, 'mscale_all_dim': "
+        "m} (0.1·m·ln s + 1); causal as attention; form 'naive' or 'absorbed' (w_uk folded into the query, w_uv "
+        "applied after the softmax). Output (B, H, L_q, D_v).",
     ),
     "moe_router": OpSpec(
         ("logits", "bias"),
@@ -350,6 +378,8 @@ SOFTCAPS = ("none", "tanh")
 #: declare a part of them (``Capability.values``); the checks then draw only what it declares
 CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
     "rope_scaled": {"scaling.type": SCALING_TYPES},
+    "mrope": {"streams": STREAMS},
+    "mla_attention": {"form": FORMS},
     "mlp": {"activation": MLP_ACTIVATIONS},
     "glu_mlp": {"activation": GLU_ACTIVATIONS},
     "block": {"placement": PLACEMENTS},

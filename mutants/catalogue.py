@@ -43,9 +43,10 @@ from mutants.building_blocks import (
 from mutants.split_k import SplitKInputGrad, split_k_matmul
 from transformer_conformance.adapters.torch import blocks as torch_blocks
 from transformer_conformance.adapters.torch import local_attention as torch_local
+from transformer_conformance.adapters.torch import mla as torch_mla
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
-from transformer_conformance.adapters.torch.positions import alibi_slopes, rope_scaled_inv_freq
+from transformer_conformance.adapters.torch.positions import alibi_slopes, mrope_torch, rope_scaled_inv_freq
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -63,6 +64,9 @@ BEHAVIOURS: dict[str, str] = {
     "attention_sinks": "test_local_attention.py",
     "moe_routing": "test_moe.py",
     "moe_aux_loss": "test_moe.py",
+    "mrope": "test_mrope.py",
+    "mla": "test_mla.py",
+    "attention_temperature": "test_attention_temperature.py",
     "linear_cross_entropy": "test_linear_losses.py",
     "z_loss_mean": "test_linear_losses.py",
     "mlp": "test_mlp.py",
@@ -1990,6 +1994,216 @@ def moe_aux_loss_unscaled(a: MutantAdapter) -> None:
 )
 def moe_aux_loss_selected_probs(a: MutantAdapter) -> None:
     _aux(a, lambda p, mask, k: (mask.mean(dim=0) * (p * mask.sum(dim=1)).mean(dim=0)).sum() * p.shape[-1])
+
+
+# ----------------------------------------------------------------------------- multimodal RoPE, NoPE temperature
+
+
+Sections = tuple[int, int, int]
+
+
+def _mrope(a: MutantAdapter, change: Callable[[T, Sections, str], tuple[T, Sections, str]]) -> None:
+    """mrope on positions, sections and streams as ``change`` rewrites them."""
+
+    def mrope(x: T, positions: T, sections: Sections, base: float = 10000.0, streams: str = "sections") -> T:
+        pos, secs, how = change(positions, sections, streams)
+        return mrope_torch(x, pos, base, secs, how, a.conventions.rope_layout)
+
+    a.impl["mrope"] = mrope
+
+
+@mutant("mrope", "mrope/forward", "the height and width sections swapped: (n_t, n_w, n_h) for (n_t, n_h, n_w)")
+def mrope_sections_swapped(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p, (s[0], s[2], s[1]), how))
+
+
+@mutant(
+    "mrope",
+    "mrope/forward",
+    "every pair rotated by the temporal position (the 1-D RoPE of a text-only path applied to image tokens)",
+)
+def mrope_temporal_only(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p[:1].expand(3, -1), s, how))
+
+
+@mutant(
+    "mrope",
+    "mrope/forward",
+    "the height and width position rows read in the wrong order (w for h)",
+)
+def mrope_rows_swapped(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p[[0, 2, 1]], s, how))
+
+
+@mutant(
+    "mrope",
+    "mrope/forward",
+    "Qwen3-VL's interleaved streams computed as Qwen2-VL's consecutive sections (a converter's wrong rope config)",
+)
+def mrope_interleave_ignored(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p, s, "sections"))
+
+
+@mutant(
+    "mrope",
+    "mrope/identity-at-zero",
+    "position ids counted from 1 (each stream's position + 1)",
+)
+def mrope_one_based(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p + 1, s, how))
+
+
+@mutant(
+    "mrope",
+    "mrope/relative",
+    "the position rows held in float16 before the angles are formed (past 2048 they round; past 65504, infinite)",
+)
+def mrope_positions_float16(a: MutantAdapter) -> None:
+    _mrope(a, lambda p, s, how: (p.to(torch.float16).float(), s, how))
+
+
+@mutant(
+    "mrope",
+    "mrope/text-is-rope",
+    "M-RoPE rotates interleaved pairs (2i, 2i+1) while the declared layout, and the adapter's own RoPE, is half-split "
+    "(a port's GPT-J/NeoX rotation mode confused)",
+)
+def mrope_pairs_interleaved(a: MutantAdapter) -> None:
+    def mrope(x: T, positions: T, sections: Sections, base: float = 10000.0, streams: str = "sections") -> T:
+        return mrope_torch(x, positions, base, sections, streams, "interleaved")
+
+    a.impl["mrope"] = mrope
+
+
+def _temperature(a: MutantAdapter, tau: Callable[[T, float, float], T]) -> None:
+    def attention_temperature(q: T, positions: T, floor_scale: float = 8192.0, attn_scale: float = 0.1) -> T:
+        return (q * tau(positions, floor_scale, attn_scale)[:, None]).to(q.dtype)
+
+    a.impl["attention_temperature"] = attention_temperature
+
+
+@mutant(
+    "attention_temperature",
+    "temperature/forward",
+    "⌊p/F⌋ for ⌊(p + 1)/F⌋: each step of τ one position late",
+)
+def temperature_step_late(a: MutantAdapter) -> None:
+    _temperature(a, lambda p, f, s: torch.log1p(torch.floor(p.float() / f)) * s + 1.0)
+
+
+@mutant(
+    "attention_temperature",
+    "temperature/identity-before-first-step",
+    "log(⌊(p + 1)/F⌋ + 1) without the + 1 of τ: queries before the first step zeroed",
+)
+def temperature_without_one(a: MutantAdapter) -> None:
+    _temperature(a, lambda p, f, s: torch.log1p(torch.floor((p.float() + 1.0) / f)) * s)
+
+
+@mutant(
+    "attention_temperature",
+    "temperature/one-scale-per-step",
+    "(p + 1)/F not floored: τ grows smoothly within a step",
+)
+def temperature_not_floored(a: MutantAdapter) -> None:
+    _temperature(a, lambda p, f, s: torch.log1p((p.float() + 1.0) / f) * s + 1.0)
+
+
+@mutant(
+    "attention_temperature",
+    "temperature/forward",
+    "the positions cast to bfloat16 before τ is formed (a cache position held in the activations' dtype)",
+)
+def temperature_positions_bfloat16(a: MutantAdapter) -> None:
+    _temperature(a, lambda p, f, s: torch.log1p(torch.floor((p.to(torch.bfloat16).float() + 1.0) / f)) * s + 1.0)
+
+
+# --------------------------------------------------------------------------------------- multi-head latent attention
+
+
+def _mla(a: MutantAdapter, **changes: Any) -> None:
+    """mla_attention with its parameters or inputs rewritten by ``changes`` (name → function of the call's
+    keywords) before the torch adapter's own computes it."""
+    right = a.impl["mla_attention"]
+
+    def mla_attention(**kw: Any) -> T:
+        for name, change in changes.items():
+            kw[name] = change(kw)
+        return right(**kw)
+
+    a.impl["mla_attention"] = mla_attention
+
+
+def _mla_scale(a: MutantAdapter, scale: Callable[[int, int, Any], float]) -> None:
+    """mla_attention with the softmax scale computed by ``scale(D_n, D_r, mscale)``."""
+    _mla_built(a, torch_mla.ops(a.conventions.rope_layout, a.conventions.causal_alignment, scale)["mla_attention"])
+
+
+def _mla_built(a: MutantAdapter, built: Callable[..., T]) -> None:
+    """mla_attention as ``built`` (the torch adapter's own code built with other settings) computes it."""
+
+    def mla_attention(**kw: Any) -> T:
+        return built(**kw)
+
+    a.impl["mla_attention"] = mla_attention
+
+
+@mutant("mla", "mla/forward", "the softmax scale 1/√D_n: the decoupled RoPE slice left out of the head width")
+def mla_scale_without_rope_dims(a: MutantAdapter) -> None:
+    _mla_scale(a, lambda d_n, d_r, mscale: torch_mla.softmax_scale(d_n, 0, mscale))
+
+
+@mutant("mla", "mla/forward", "YaRN's mscale applied once, not squared (the scale's mscale·mscale)")
+def mla_mscale_not_squared(a: MutantAdapter) -> None:
+    def scale(d_n: int, d_r: int, mscale: Any) -> float:
+        m = 1.0 if not mscale else 0.1 * mscale["mscale_all_dim"] * math.log(mscale["factor"]) + 1.0
+        return (d_n + d_r) ** -0.5 * m
+
+    _mla_scale(a, scale)
+
+
+@mutant("mla", "mla/forward", "YaRN's mscale left out of the softmax scale (a port scaling only the rotary cos/sin)")
+def mla_mscale_ignored(a: MutantAdapter) -> None:
+    _mla_scale(a, lambda d_n, d_r, mscale: (d_n + d_r) ** -0.5)
+
+
+@mutant(
+    "mla",
+    "mla/forward",
+    "the decoupled RoPE slice rotated in the other pair layout (DeepSeek's interleaved checkpoints read as half-split)",
+)
+def mla_rope_other_layout(a: MutantAdapter) -> None:
+    other = "half" if a.conventions.rope_layout == "interleaved" else "interleaved"
+    _mla_built(a, torch_mla.ops(other, a.conventions.causal_alignment)["mla_attention"])
+
+
+@mutant(
+    "mla",
+    "mla/absorbed-equals-naive",
+    "the absorbed form folds head 0's W_UK into every head's query (the absorbed weight built without its head axis)",
+)
+def mla_absorbed_one_head(a: MutantAdapter) -> None:
+    right = a.impl["mla_attention"]
+
+    def mla_attention(**kw: Any) -> T:
+        if kw.get("form") == "absorbed":
+            kw = dict(kw, w_uk=kw["w_uk"][:1].expand_as(kw["w_uk"]))
+        return right(**kw)
+
+    a.impl["mla_attention"] = mla_attention
+
+
+@mutant(
+    "mla",
+    "mla/relative-positions",
+    "the rotary cache built for 65,536 positions: later positions clamped to its last entry",
+)
+def mla_positions_clamped(a: MutantAdapter) -> None:
+    _mla(
+        a,
+        q_positions=lambda kw: kw["q_positions"].clamp(max=65535),
+        k_positions=lambda kw: kw["k_positions"].clamp(max=65535),
+    )
 
 
 def by_attribute() -> dict[str, Mutant]:

@@ -16,11 +16,14 @@ from numpy.typing import NDArray
 
 import transformer_conformance.reference as ref
 from transformer_conformance.reference import attention as att
+from transformer_conformance.reference import attention_temperature as temp
 from transformer_conformance.reference import blocks as blk
 from transformer_conformance.reference import linear_losses as lin
 from transformer_conformance.reference import local_attention as loc
+from transformer_conformance.reference import mla as mla_ref
 from transformer_conformance.reference import mlp
 from transformer_conformance.reference import moe as moe_ref
+from transformer_conformance.reference import mrope as mr
 from transformer_conformance.reference.blocks import BLOCK_INPUTS
 from transformer_conformance.reference.formats import Format
 
@@ -57,6 +60,8 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "learned_positions": ("table",),
     "alibi": ("scores",),
     "rope_scaled": ("x",),
+    "mrope": ("x",),
+    "attention_temperature": ("q",),
     "cross_entropy_mean": ("logits",),
     "softcap_z_loss": ("logits",),
     "attention": ("q", "k", "v"),
@@ -65,6 +70,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "sliding_window_attention": ("q", "k", "v"),
     "chunked_attention": ("q", "k", "v"),
     "sink_attention": ("q", "k", "v", "sinks"),
+    "mla_attention": ("q_nope", "q_rope", "latent", "k_rope", "w_uk", "w_uv"),
     "moe_router": ("logits", "bias"),
     "moe_aux_loss": ("logits",),
     "mlp": ("x", "w_in", "w_out"),
@@ -96,6 +102,21 @@ def _ignore(params: Mapping[str, Any]) -> int:
     return int(params.get("ignore_index", ref.losses.IGNORE_INDEX))
 
 
+def _mrope(params: Mapping[str, Any], conv: Declared) -> dict[str, Any]:
+    """The keywords of ``mrope`` (reference/mrope.py): its sections, streams, base and the declared pair layout."""
+    n_t, n_h, n_w = (int(n) for n in params["sections"])
+    return {
+        "sections": (n_t, n_h, n_w),
+        "base": params.get("base", 10000.0),
+        "streams": params.get("streams", "sections"),
+        "layout": conv.rope_layout,
+    }
+
+
+def _temperature(params: Mapping[str, Any]) -> dict[str, float]:
+    return {"floor_scale": float(params.get("floor_scale", 8192.0)), "attn_scale": float(params.get("attn_scale", 0.1))}
+
+
 # positions, context extension and loss reductions: one differentiable input each
 EXTRA_FORWARD: dict[str, Fwd] = {
     "sinusoidal_positions": lambda x, p, c: ref.positions.sinusoidal_positions(
@@ -106,6 +127,8 @@ EXTRA_FORWARD: dict[str, Fwd] = {
     "rope_scaled": lambda x, p, c: ref.rope_scaling.rope_scaled(
         x["x"], x["positions"], p.get("base", 10000.0), p.get("rotary_dim"), p.get("scaling"), c.rope_layout
     ),
+    "mrope": lambda x, p, c: mr.mrope(x["x"], x["positions"], **_mrope(p, c)),
+    "attention_temperature": lambda x, p, c: temp.attention_temperature(x["q"], x["positions"], **_temperature(p)),
     "cross_entropy_mean": lambda x, p, c: ref.losses.cross_entropy_mean(
         x["logits"], x["targets"], p.get("ignore_index", ref.losses.IGNORE_INDEX)
     ),
@@ -131,6 +154,10 @@ EXTRA_VJP: dict[str, Bwd] = {
     "alibi": lambda x, p, c, g: ref.positions.alibi_vjp(x["scores"], x["q_positions"], x["k_positions"], g),
     "rope_scaled": lambda x, p, c, g: ref.rope_scaling.rope_scaled_vjp(
         x["x"], x["positions"], g, p.get("base", 10000.0), p.get("rotary_dim"), p.get("scaling"), c.rope_layout
+    ),
+    "mrope": lambda x, p, c, g: mr.mrope_vjp(x["x"], x["positions"], g, **_mrope(p, c)),
+    "attention_temperature": lambda x, p, c, g: temp.attention_temperature_vjp(
+        x["q"], x["positions"], g, **_temperature(p)
     ),
     "cross_entropy_mean": lambda x, p, c, g: ref.losses.cross_entropy_mean_vjp(
         x["logits"], x["targets"], g, p.get("ignore_index", ref.losses.IGNORE_INDEX)
@@ -160,6 +187,7 @@ LOCAL_FORWARD: dict[str, Fwd] = {
         x["q"], x["k"], x["v"], softcap=p.get("softcap"), **_window(p, c), **_local(p, c)
     ),
     "chunked_attention": lambda x, p, c: loc.chunked_attention(x["q"], x["k"], x["v"], int(p["chunk"]), **_local(p, c)),
+    "mla_attention": lambda x, p, c: mla_ref.mla_attention(**_mla(x, p, c), form=p.get("form", "naive")),
     "sink_attention": lambda x, p, c: loc.sink_attention(
         x["q"], x["k"], x["v"], x["sinks"], bool(p.get("causal", True)), **_window(p, c), **_local(p, c)
     ),
@@ -172,10 +200,25 @@ LOCAL_VJP: dict[str, LocalBwd] = {
     "chunked_attention": lambda x, p, c, g: loc.chunked_attention_vjp(
         x["q"], x["k"], x["v"], g, int(p["chunk"]), **_local(p, c)
     ),
+    "mla_attention": lambda x, p, c, g: mla_ref.mla_attention_vjp(g=g, **_mla(x, p, c)),
     "sink_attention": lambda x, p, c, g: loc.sink_attention_vjp(
         x["q"], x["k"], x["v"], x["sinks"], g, bool(p.get("causal", True)), **_window(p, c), **_local(p, c)
     ),
 }
+
+
+def _mla(x: Mapping[str, np.ndarray], params: Mapping[str, Any], conv: Declared) -> dict[str, Any]:
+    """The arrays and keywords of ``mla_attention`` (reference/mla.py)."""
+    names = ("q_nope", "q_rope", "latent", "k_rope", "w_uk", "w_uv", "q_positions", "k_positions")
+    arrays = {("c" if n == "latent" else n): x[n] for n in names}
+    return {
+        **arrays,
+        "causal": bool(params.get("causal", True)),
+        "alignment": conv.causal_alignment,
+        "base": params.get("base", 10000.0),
+        "layout": conv.rope_layout,
+        "mscale": params.get("mscale"),
+    }
 
 
 def router_kw(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,10 +71,11 @@ def rope_vjp(
     base: float = 10000.0,
     rotary_dim: int | None = None,
     layout: Layout = "interleaved",
+    angles: F64 | None = None,
 ) -> F64:
     """VJP of :func:`rope` with respect to x: the transposed rotation R_mᵀ g (pass-through part: g)."""
     rd = x.shape[-1] if rotary_dim is None else rotary_dim
-    ang = rope_angles(positions, rd, base)
+    ang = rope_angles(positions, rd, base) if angles is None else angles
     cos, sin = np.cos(ang), np.sin(ang)
     ia, ib = rope_pair_indices(rd, layout)
     ga, gb = g[..., ia], g[..., ib]

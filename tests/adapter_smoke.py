@@ -101,6 +101,26 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
     elif op == "moe_aux_loss":
         inputs = {"logits": dtype.round(np.arange(24.0).reshape(3, 8)[:, ::-1] * 0.25)}
         params = {"k": 2}
+    elif op == "mrope":  # an image's three position streams
+        pos = np.stack([np.full(5, 3), 3 + np.arange(5) // 2, 3 + np.arange(5) % 2]).astype(np.int64)
+        inputs = {"x": fill(dtype, (2, 5, 16), 1.0, seed), "positions": pos}
+        params = {"base": 10000.0, "sections": (2, 3, 3), "streams": choice or "sections"}
+    elif op == "attention_temperature":  # consecutive positions across the step at p + 1 = 1024
+        inputs = {"q": fill(dtype, (2, 5, 8), 1.0, seed), "positions": np.arange(1021, 1026, dtype=np.int64)}
+        params = {"floor_scale": 1024, "attn_scale": 0.1}
+    elif op == "mla_attention":  # 3 queries over 5 keys, two heads, YaRN's mscale
+        b, h, lq, lk, dn, dr, dc, dv = 1, 2, 3, 5, 4, 4, 6, 4
+        inputs = {
+            "q_nope": fill(dtype, (b, h, lq, dn), 1.0, seed),
+            "q_rope": fill(dtype, (b, h, lq, dr), 1.0, seed + 1),
+            "latent": fill(dtype, (b, lk, dc), 1.0, seed + 2),
+            "k_rope": fill(dtype, (b, lk, dr), 1.0, seed + 3),
+            "w_uk": fill(dtype, (h, dc, dn), dc**-0.5, seed + 4),
+            "w_uv": fill(dtype, (h, dc, dv), dc**-0.5, seed + 5),
+            "q_positions": np.arange(2, 5, dtype=np.int64),
+            "k_positions": np.arange(5, dtype=np.int64),
+        }
+        params = {"causal": True, "base": 10000.0, "mscale": {"factor": 40.0, "mscale_all_dim": 1.0}, "form": choice}
     elif op == "block":  # four query heads on two KV heads, the placement the candidate declares
         d, hd, h = 8, 2, 12
         shapes = {
@@ -155,6 +175,22 @@ def smoke(adapter: Adapter, dtypes: tuple[str, ...] = ("float32", "bfloat16")) -
     return checked
 
 
+def router_case(dtype: Format, picks: dict[str, str | None]) -> Case:
+    """A moe_router example with these values of its four choices."""
+    grouped = picks["selection"] == "groups"
+    params = {
+        "k": 2,
+        "score": picks["score"],
+        "norm": picks["norm"],
+        "routed_scaling_factor": 2.5 if picks["routed_scaling"] == "factor" else 1.0,
+        "n_group": 2 if grouped else None,
+        "topk_group": 1 if grouped else None,
+    }
+    bias = np.zeros(8) if picks["selection"] == "top_k" else np.linspace(-0.1, 0.1, 8)
+    logits = dtype.round(np.arange(24.0).reshape(3, 8)[:, ::-1] * 0.25)
+    return Case({"logits": logits, "bias": dtype.round(bias)}, params)
+
+
 def _smoke(adapter: Adapter, dtypes: tuple[str, ...], checked: list[str]) -> None:
     for op, cap in adapter.capabilities.items():
         if op in ("swiglu_hidden_dim", "param_count", "ffn_hidden_dim"):  # integers of a configuration
@@ -162,12 +198,15 @@ def _smoke(adapter: Adapter, dtypes: tuple[str, ...], checked: list[str]) -> Non
         for name in dtypes:
             if name not in cap.dtypes:
                 continue
-            declared: list[str | None] = [
-                v for key, values in CHOICES.get(op, {}).items() for v in cap.declared(key, values)
+            declared: list[tuple[str | None, str | None]] = [
+                (key, v) for key, values in CHOICES.get(op, {}).items() for v in cap.declared(key, values)
             ]
-            for choice in declared or [None]:
+            for key, choice in declared or [(None, None)]:
                 dtype, rec = fmt(name), Record(op, op, "smoke", "")
                 c = case(op, dtype, choice=choice)
+                if op == "moe_router":  # the other choices at the first value the adapter declares
+                    picks = {k: cap.declared(k, values)[0] for k, values in CHOICES[op].items()} | {str(key): choice}
+                    c = router_case(dtype, picks)
                 out = check_forward(adapter, op, c, dtype, rec)
                 if cap.grad:
                     cot = fill(dtype, out.shape, 1.0, 99)

@@ -13,7 +13,9 @@ from transformer_conformance.adapters.torch.adapter import TorchAdapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.strategies import blocks as sb
 from transformer_conformance.conformance.strategies import local_attention as sl
+from transformer_conformance.conformance.strategies import mla as smla
 from transformer_conformance.conformance.strategies import moe as sm
+from transformer_conformance.conformance.strategies import mrope as smr
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.formats import fmt
@@ -31,6 +33,9 @@ CASES = {
     "sink_attention": lambda dt: sl.sink_case(dt),
     "moe_router": lambda dt: sm.router_case(dt),
     "moe_aux_loss": lambda dt: sm.aux_loss_case(dt),
+    "mla_attention": lambda dt: smla.mla_case(dt, ("naive", "absorbed")),
+    "mrope": lambda dt: smr.mrope_case(dt, ("sections", "interleaved")),
+    "attention_temperature": lambda dt: smr.temperature_case(dt),
 }
 CONVENTIONS = {
     "numpy": NumpyAdapter().conventions,

@@ -15,8 +15,14 @@ import torch
 import torch.nn.functional as F
 
 from transformer_conformance.adapters.contract import AUTOCAST, AUTOCAST_DTYPES, OPS, Capability, Conventions
-from transformer_conformance.adapters.torch import blocks, local_attention, moe
-from transformer_conformance.adapters.torch.positions import llama_param_count, position_ops, rope_scaled_inv_freq
+from transformer_conformance.adapters.torch import blocks, local_attention, mla, moe
+from transformer_conformance.adapters.torch.positions import (
+    attention_temperature,
+    llama_param_count,
+    mrope_torch,
+    position_ops,
+    rope_scaled_inv_freq,
+)
 from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, rope_torch, to_numpy, to_torch
 from transformer_conformance.adapters.versions import SUPPORTED, Supported, describe, require
 
@@ -59,6 +65,16 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, seq_len, x.device)
         return rope_torch(x, positions, base, rotary_dim, adapter.conventions.rope_layout, inv_freq, factor)
 
+    def mrope(
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        sections: tuple[int, int, int],
+        base: float = 10000.0,
+        streams: str = "sections",
+    ) -> torch.Tensor:
+        n_t, n_h, n_w = (int(n) for n in sections)
+        return mrope_torch(x, positions, base, (n_t, n_h, n_w), streams, adapter.conventions.rope_layout)
+
     def cross_entropy_mean(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
         return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="mean")
 
@@ -91,6 +107,8 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         cross_entropy,
         z_loss,
         rope_scaled,
+        mrope,
+        attention_temperature,
         cross_entropy_mean,
         softcap_z_loss,
         linear_cross_entropy,
@@ -101,6 +119,7 @@ def _ops(adapter: TorchAdapter) -> dict[str, Callable[..., torch.Tensor]]:
     table.update(blocks.ops(adapter.conventions.rope_layout, adapter.conventions.causal_alignment))
     table.update(local_attention.ops(adapter.conventions.causal_alignment, adapter.conventions.sliding_window))
     table.update(moe.ops(adapter.conventions.aux_loss_fraction))
+    table.update(mla.ops(adapter.conventions.rope_layout, adapter.conventions.causal_alignment))
     return table
 
 

@@ -142,3 +142,40 @@ def llama_param_count(
             head.weight = embed.weight
         model["head"] = head
     return sum(p.numel() for p in model.parameters())  # shared parameters are listed once
+
+
+def mrope_torch(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    base: float,
+    sections: tuple[int, int, int],
+    streams: str,
+    layout: str,
+) -> torch.Tensor:
+    """Multimodal RoPE as Qwen2-VL's and Qwen3-VL's text rotary embeddings build it: the angles of the three
+    position rows (3, T) in float32, each pair's taken from its stream (consecutive sections, or Qwen3-VL's
+    t/h/w interleaving), the rotation in float32 and one rounding to x's dtype."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.int64).float() / d))
+    freqs = positions.float()[..., None] * inv_freq  # (3, T, d/2)
+    if streams == "sections":
+        angles = torch.cat([part[i % 3] for i, part in enumerate(freqs.split(list(sections), dim=-1))], dim=-1)
+    else:
+        angles = freqs[0].clone()
+        for s in (1, 2):
+            angles[..., s : 3 * sections[s] : 3] = freqs[s, ..., s : 3 * sections[s] : 3]
+    cos, sin = angles.cos(), angles.sin()
+    xf = x.float()
+    if layout == "interleaved":
+        a, b = xf[..., 0::2], xf[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2).to(x.dtype)
+    a, b = xf[..., : d // 2], xf[..., d // 2 :]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1).to(x.dtype)
+
+
+def attention_temperature(
+    q: torch.Tensor, positions: torch.Tensor, floor_scale: float = 8192.0, attn_scale: float = 0.1
+) -> torch.Tensor:
+    """Llama 4's temperature tuning: τ from the float32 positions, the float32 product, one rounding."""
+    tau = torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0
+    return (q * tau[:, None]).to(q.dtype)

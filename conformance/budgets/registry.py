@@ -20,8 +20,10 @@ from transformer_conformance.conformance.budgets import (
     linear_losses,
     local_attention,
     losses,
+    mla,
     mlp,
     moe,
+    mrope,
     norms,
     positions,
     rope,
@@ -73,6 +75,8 @@ _FORWARD: dict[str, Any] = {
     "z_loss_mean": linear_losses.z_loss_mean,
     **local_attention.FORWARD,
     **moe.FORWARD,
+    **mrope.FORWARD,
+    **mla.FORWARD,
 }
 _VJP: dict[str, Any] = {
     "rms_norm": norms.rms_norm_vjp,
@@ -98,6 +102,8 @@ _VJP: dict[str, Any] = {
     "z_loss_mean": linear_losses.z_loss_mean_vjp,
     **local_attention.VJP,
     **moe.VJP,
+    **mrope.VJP,
+    **mla.VJP,
 }
 #: op -> its forward budget: (inputs, params, conventions, dtype) -> Tracked
 FORWARD: dict[str, Any] = {op: _with_result(op, fn, grad=False) for op, fn in _FORWARD.items()}

@@ -25,7 +25,8 @@ _NOTED: dict[str, dict[str, Any]] = {}
 
 
 def _flat(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Parameters as recorded: ``scaling`` by its type (``none``), its entries as ``scaling.NAME``; lists by length."""
+    """Parameters as recorded: ``scaling`` by its type (``none``), its entries as ``scaling.NAME``; lists by length
+    (:func:`_listed`)."""
     out: dict[str, Any] = {}
     for k, v in params.items():
         if k == "scaling":
@@ -35,7 +36,14 @@ def _flat(params: Mapping[str, Any]) -> dict[str, Any]:
                     out[f"scaling.{sub}"] = v[sub]
         else:
             out[k] = v
-    return {k: (f"list of {len(v)}" if isinstance(v, list | tuple) else v) for k, v in out.items()}
+    return {k: _listed(v) if isinstance(v, list | tuple) else v for k, v in out.items()}
+
+
+def _listed(v: list[Any] | tuple[Any, ...]) -> str:
+    """A list parameter as recorded: three integers or fewer by value (M-RoPE's sections), longer ones by length."""
+    if len(v) <= 3 and all(isinstance(x, int | np.integer) for x in v):
+        return "(" + ", ".join(str(int(x)) for x in v) + ")"
+    return f"list of {len(v)}"
 
 
 def _json_value(v: Any) -> Any:

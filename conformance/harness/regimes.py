@@ -50,6 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "scaling.beta_slow": 1,
     "scaling.low_freq_factor": 1.0,
     "scaling.high_freq_factor": 4.0,
+    "streams": "sections",
+    "floor_scale": 8192.0,
+    "attn_scale": 0.1,
+    "mscale": None,
+    "form": "naive",
 }
 
 #: Sub-parameters of ``rope_scaled``'s ``scaling`` dict, recorded as ``scaling.NAME`` (those of the rules drawn)
@@ -243,7 +248,18 @@ ATTENTION = ("attention", "qk_norm_attention", "rope_attention")
 #: sliding-window, chunked and sink attention (reference/local_attention.py)
 LOCAL = ("sliding_window_attention", "chunked_attention", "sink_attention")
 SPANS = ("sliding_window_attention", "chunked_attention")
-ROTARY = ("rope", "rope_scaled", "rope_attention", "sinusoidal_positions")
+ROTARY = ("rope", "rope_scaled", "rope_attention", "sinusoidal_positions", "mrope", "mla_attention")
+
+
+def _streams_apart(v: Values, p: Params, d: Format) -> bool:
+    pos = np.asarray(v["positions"])
+    return bool(np.any(pos[0] != pos[1]) or np.any(pos[0] != pos[2]))
+
+
+def _at_step(v: Values, p: Params, d: Format) -> bool:
+    floor_scale = float(p.get("floor_scale", 8192.0))
+    return bool(np.any((np.asarray(v["positions"]) + 1) % floor_scale == 0) and floor_scale > 1)
+
 
 REGIMES: tuple[Regime, ...] = (
     Regime(
@@ -267,13 +283,13 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "positions ≥ 2^16",
-        (*ROTARY, "alibi"),
+        (*ROTARY, "alibi", "attention_temperature"),
         _pos_at_least(2**16),
         "past 65535: a position held in 16 bits or float16 (max 65504), or clamped to a 64k table, is wrong",
     ),
     Regime(
         "positions ≥ 2^17 (beyond a 128k context)",
-        ("rope", "rope_scaled", "rope_attention"),
+        ("rope", "rope_scaled", "rope_attention", "mrope"),
         _pos_at_least(2**17),
         "past 131071, the context of current models: a kernel clamping positions to its cache length is wrong",
     ),
@@ -283,6 +299,19 @@ REGIMES: tuple[Regime, ...] = (
         _pos_at_least(2**24 - 64),
         "float32 counts integers exactly only to 2^24: past it a position is rounded before it is turned into an "
         "angle; a position held in float16, bfloat16 or a 24-bit field is wrong long before",
+    ),
+    Regime(
+        "streams apart",
+        ("mrope",),
+        _streams_apart,
+        "t, h and w differ (an image's patches): only then does each pair's stream matter — with equal streams a "
+        "wrong section split is invisible",
+    ),
+    Regime(
+        "position at a temperature step",
+        ("attention_temperature",),
+        _at_step,
+        "p + 1 a multiple of the floor scale: τ steps up exactly there, and ⌊p/F⌋ for ⌊(p + 1)/F⌋ is one step late",
     ),
     Regime(
         "positions beyond the trained length",

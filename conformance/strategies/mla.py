@@ -1,0 +1,72 @@
+"""Hypothesis strategies for multi-head latent attention: small heads and latents of any width, DeepSeek's
+decoupled RoPE slice (even widths), the softmax scale with and without YaRN's mscale (DeepSeek-V3's factor 40,
+mscale_all_dim 1), prefill (L_q = L_k) and decoding (fewer queries, bottom-right), each form the adapter declares."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.choices import sampled_from
+from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.reference.formats import Format
+
+#: None (σ = 1/√(D_n + D_r)), DeepSeek-V3's YaRN settings, and a factor with a fractional mscale_all_dim
+MSCALES: list[dict[str, float] | None] = [
+    None,
+    {"factor": 40.0, "mscale_all_dim": 1.0},
+    {"factor": 4.0, "mscale_all_dim": 0.707},
+]
+#: The size regime: DeepSeek-V3's head (D_n 128, D_r 64, D_v 128) and latent (512) over 520 keys, 3 queries, 4 heads
+REGIME = (1, 4, 3, 520, 128, 64, 512, 128)  # B, H, L_q, L_k, D_n, D_r, D_c, D_v
+
+
+def _inputs(dtype: Format, dims: tuple[int, ...], mag: float, seed: int) -> dict[str, np.ndarray]:
+    b, h, lq, lk, dn, dr, dc, dv = dims
+    return {
+        "q_nope": fill(dtype, (b, h, lq, dn), mag, seed),
+        "q_rope": fill(dtype, (b, h, lq, dr), mag, seed + 1),
+        "latent": fill(dtype, (b, lk, dc), 1.0, seed + 2),
+        "k_rope": fill(dtype, (b, lk, dr), mag, seed + 3),
+        "w_uk": fill(dtype, (h, dc, dn), dc**-0.5, seed + 4),
+        "w_uv": fill(dtype, (h, dc, dv), dc**-0.5, seed + 5),
+    }
+
+
+@st.composite
+def mla_case(draw: st.DrawFn, dtype: Format, forms: tuple[str, ...], causal: bool | None = None) -> Case:
+    b = draw(st.integers(1, 2), label="B")
+    h = draw(st.integers(1, 4), label="H")
+    lk = draw(st.integers(1, 8), label="L_k")
+    lq = draw(sampled_from([lk, 1, max(1, lk // 2)]), label="L_q")
+    dn = draw(st.integers(1, 16), label="D_n")
+    dr = 2 * draw(st.integers(1, 4), label="D_r/2")
+    dc = draw(st.one_of(st.integers(1, 32), sampled_from([64, 128])), label="D_c")
+    dv = draw(st.integers(1, 16), label="D_v")
+    seed = draw(seeds, label="seed")
+    mag = draw(magnitudes(-2, 2), label="|q|")
+    k_pos = draw(positions(lk, below_2_24=True))
+    params = {
+        "causal": draw(st.booleans(), label="causal") if causal is None else causal,
+        "base": draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base"),
+        "mscale": draw(sampled_from(MSCALES), label="mscale"),
+        "form": draw(sampled_from(forms), label="form"),
+    }
+    inputs = _inputs(dtype, (b, h, lq, lk, dn, dr, dc, dv), mag, seed)
+    inputs.update(q_positions=k_pos[lk - lq :], k_positions=k_pos)
+    return Case(inputs, params, {"seed": seed})
+
+
+@st.composite
+def mla_cases(draw: st.DrawFn, dtype: Format, forms: tuple[str, ...]) -> list[Case]:
+    """DeepSeek-V3's dimensions, decoding 3 queries over 520 keys, once per declared form."""
+    seed = draw(seeds, label="seed")
+    lq, lk = REGIME[2], REGIME[3]
+    out = []
+    for i, form in enumerate(forms):
+        inputs = _inputs(dtype, REGIME, 1.0, seed + 10 * i)
+        k_pos = np.arange(4090, 4090 + lk, dtype=np.int64)
+        inputs.update(q_positions=k_pos[lk - lq :], k_positions=k_pos)
+        params = {"causal": True, "base": 10000.0, "mscale": MSCALES[1], "form": form}
+        out.append(Case(inputs, params, {"seed": seed + 10 * i, "regime": f"{form}: DeepSeek-V3 head, {lq}×{lk}"}))
+    return out
