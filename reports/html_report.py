@@ -361,6 +361,7 @@ def environment_section(report: dict[str, Any]) -> str:
     devices = sorted({str(a.get("environment", {}).get("device")) for a in report["adapters"]} - {"None"})
     info = {
         "suite version": report.get("suite_version"),
+        "suite commit": (report.get("suite_commit", "—") + (" (modified)" if report.get("suite_modified") else "")),
         "created": report.get("created"),
         "duration (s)": report.get("duration_s"),
         "exit status": report.get("exit_status"),

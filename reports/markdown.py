@@ -163,6 +163,14 @@ def _settings(report: dict[str, Any]) -> str:
     return f" ({h['max_examples']} examples a check{', derandomised' if h.get('derandomize') else ''})"
 
 
+def _suite(report: dict[str, Any]) -> str:
+    """The suite's version, with the commit it comes from when the report has it."""
+    if "suite_commit" not in report:
+        return str(report["suite_version"])
+    modified = ", modified" if report.get("suite_modified") else ""
+    return f"{report['suite_version']} (commit `{report['suite_commit']}`{modified})"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     checks = report["checks"]
     s = report["summary"]
@@ -173,7 +181,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in s.items() if n)
         + ".",
         "",
-        f"Suite {report['suite_version']}, schema {report['schema_version']}; Hypothesis profile "
+        f"Suite {_suite(report)}, schema {report['schema_version']}; Hypothesis profile "
         f"`{report['hypothesis']['profile']}`, seed `{report['hypothesis']['seed']}`{_settings(report)}; "
         f"{report['created']}; {report['duration_s']:.1f} s.",
         "",

@@ -22,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from transformer_conformance.reports import provenance
 from transformer_conformance.reports.badge import render_badge
 from transformer_conformance.reports.html_page import kind
 from transformer_conformance.reports.html_report import render_html
@@ -36,10 +37,8 @@ STATUSES = ("passed", "failed", "error", "unsupported", "skipped", "known_failur
 
 
 def suite_version() -> str:
-    try:
-        return version("transformer-conformance")
-    except PackageNotFoundError:
-        return "unknown"
+    """The suite's version (its commit, when known, is :func:`provenance.current`'s)."""
+    return provenance.current().version
 
 
 def _lib_versions(names: Iterable[str]) -> dict[str, str]:
@@ -100,7 +99,7 @@ def build_report(
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
-        "suite_version": suite_version(),
+        **provenance.current().report_fields(),  # suite_version, and suite_commit when known
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - started, 3),
         "exit_status": exitstatus,

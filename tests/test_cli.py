@@ -216,10 +216,13 @@ def _cli(*args: str) -> str:
 
 
 def test_version_is_the_suites() -> None:
+    import re
     from importlib.metadata import version
 
     out = _cli("--version")
-    assert out.startswith(f"transformer-conformance {version('transformer-conformance')} (pytest "), out
+    # run from this checkout, the commit follows the version (tests/test_provenance.py)
+    v = re.escape(version("transformer-conformance"))
+    assert re.match(rf"transformer-conformance {v}(, commit [0-9a-f]+(, modified)?)? \(pytest ", out), out
 
 
 def test_help_starts_with_the_suites_options() -> None:

@@ -249,11 +249,39 @@ def test_the_workflow_is_current() -> None:
     assert "conformance-report/badge.svg" in upload["with"]["path"]
 
 
+#: the one placeholder: the suite's repository, which has no published address yet (the example's README says
+#: what to put for OWNER); the pin it is used in until the first release
+SUITE_REPOSITORY = "https://github.com/OWNER/transformer-conformance"
+
+
 def test_no_placeholder_and_no_feature_called_future() -> None:
-    """The example and the gating guide name a real pin and the expectation files that exist."""
+    """The example and the gating guide name a real pin and the expectation files that exist; the one
+    placeholder is the suite's repository until its first release, which the README explains."""
     for path in [*EXAMPLE.rglob("*.py"), *EXAMPLE.rglob("*.md"), *EXAMPLE.rglob("*.yml"), ROOT / "docs" / "gating.md"]:
         text = path.read_text()
-        assert "OWNER" not in text and "being designed" not in text, path
+        assert "being designed" not in text, path
+        for word in re.findall(r"\S*OWNER\S*", text):
+            assert SUITE_REPOSITORY in word or word.strip("`:(),.") == "OWNER", (path, word)
+    readme = (EXAMPLE / "README.md").read_text()
+    assert "`OWNER` stands for the account that holds the suite's repository" in readme
+
+
+def test_the_suite_comes_from_its_repository_until_the_release() -> None:
+    """Until the suite is on PyPI, the example pins its repository at the release's tag, and shows the pinned
+    release for after it; the README gives both and the local checkout, the gating guide both pins."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    noxfile = (EXAMPLE / "noxfile.py").read_text()
+    match = re.search(r'^SUITE = "(.+)"$', noxfile, flags=re.M)
+    assert match is not None
+    suite = match.group(1)
+    assert suite == f"transformer-conformance @ git+{SUITE_REPOSITORY}@v{version}"
+    assert f'SUITE = "transformer-conformance=={version}"' in noxfile  # in the comment: the form after the release
+    readme = (EXAMPLE / "README.md").read_text()
+    local = "CONFORMANCE_SUITE=/path/to/transformer-conformance nox -s conformance"
+    for form in (suite, local, f"transformer-conformance=={version}", "pip install /path/to/transformer-conformance"):
+        assert form in readme, form
+    gating = (ROOT / "docs" / "gating.md").read_text()
+    assert suite in gating and f"transformer-conformance=={version}" in gating
 
 
 @pytest.mark.xdist_group("example-copy")

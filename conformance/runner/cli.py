@@ -61,9 +61,12 @@ def pytest_args(args: list[str]) -> list[str]:
 
 
 def version() -> str:
-    """This suite's version with the versions that decide how it runs."""
+    """This suite's version — with the commit it comes from, for a ``git+`` install or a checkout
+    (reports/provenance.py; the report records the same) — and the versions that decide how it runs."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
+
+    from transformer_conformance.reports import provenance
 
     def v(name: str) -> str:
         try:
@@ -72,7 +75,7 @@ def version() -> str:
             return "not installed"
 
     return (
-        f"transformer-conformance {v('transformer-conformance')} (pytest {v('pytest')}, "
+        f"transformer-conformance {provenance.current().describe()} (pytest {v('pytest')}, "
         f"hypothesis {v('hypothesis')}, pytest-xdist {v('pytest-xdist')}, python {sys.version.split()[0]})"
     )
 
@@ -122,7 +125,7 @@ def usage() -> str:
         "  test_rmsnorm.py       only the checks of this module (a file name of conformance/checks)",
         "",
         "  --docs [TOPIC]        the suite's documents (docs/TOPIC.md in messages and reports), or one of them",
-        "  --version             the suite's version and the versions it runs with",
+        "  --version             the suite's version (and commit, from git) and the versions it runs with",
         "  --help-pytest         every pytest option",
     ]
     return "\n".join(lines) + "\n"

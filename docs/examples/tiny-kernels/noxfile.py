@@ -1,6 +1,6 @@
 """The conformance gate of tiny-kernels: ``nox -s conformance``.
 
-Installs transformer-conformance at a pinned version, then this package, then runs the suite's checks
+Installs transformer-conformance as SUITE pins it, then this package, then runs the suite's checks
 on this package's adapter, with this repository's known failures (conformance-expectations.toml), and
 writes the report to conformance-report/. Arguments after ``--`` go to the suite (a --report-dir there wins
 over the one here):
@@ -9,7 +9,7 @@ over the one here):
     nox -s conformance -- --hypothesis-profile=dev --hypothesis-seed=1
 
 CONFORMANCE_SUITE says where the suite comes from instead of SUITE below: a checkout or a wheel of it
-(``CONFORMANCE_SUITE=../transformer-conformance``) or any other pip requirement.
+(``CONFORMANCE_SUITE=/path/to/transformer-conformance``) or any other pip requirement.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import os
 
 import nox
 
-#: The suite, pinned to a release, so the gate changes only when you move the pin.
-SUITE = "transformer-conformance==0.1.0"
+#: The suite, pinned, so the gate changes only when you move the pin. Until its first release is on PyPI, from
+#: its repository at a release tag (OWNER: the account that holds the suite's repository; README.md, "Where the
+#: suite comes from"); once released, the release itself:
+#:     SUITE = "transformer-conformance==0.1.0"
+SUITE = "transformer-conformance @ git+https://github.com/OWNER/transformer-conformance@v0.1.0"
 
 
 @nox.session
