@@ -24,6 +24,12 @@ EXTRAS: dict[str, str] = {
     "hf-mistral": "hf",
     "hf-gpt-oss": "hf",
     "hf-llama4": "hf",
+    "hf-qwen2-vl": "hf",
+    "hf-qwen3-vl": "hf",
+    "hf-mixtral": "hf",
+    "hf-qwen3-moe": "hf",
+    "hf-olmoe": "hf",
+    "hf-deepseek-v3": "hf",
     "hf": "hf",  # the group hf-llama, hf-gemma, hf-t5 (adapters/registry.py GROUPS)
     "hf-families": "hf",  # the group of adapters/hf/families
     "liger": "liger",

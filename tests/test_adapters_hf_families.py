@@ -5,6 +5,7 @@ attention of their models (Mistral's and Gemma 2's sliding window, gpt-oss's sin
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,13 +50,23 @@ def test_smoke(name: str) -> None:
 
 
 def test_new_families_declare_their_models_operations() -> None:
-    """gpt-oss: its RMSNorm (one rounding), RoPE (halves) and sink attention, nothing of its MoE; Llama 4: its norm
-    (Llama's rounding), complex RoPE (interleaved pairs), MLP, attention and chunks; the sliding windows of Mistral
+    """gpt-oss: its RMSNorm (one rounding), RoPE (halves), sink attention and its MoE router; Llama 4: its norm
+    (Llama's rounding), complex RoPE (interleaved pairs), MLP, attention, chunks, its NoPE layers' temperature and its
+    router; the sliding windows of Mistral
     and Gemma 2 count the query's own token (masking_utils: kv_idx > q_idx − W)."""
     oss, l4 = load_adapter("hf-gpt-oss"), load_adapter("hf-llama4")
-    assert set(oss.capabilities) == {"rms_norm", "rope", "sink_attention"}
+    assert set(oss.capabilities) == {"rms_norm", "rope", "sink_attention", "moe_router"}
     assert (oss.conventions.rope_layout, oss.conventions.norm_rounding) == ("half", "single")
-    assert set(l4.capabilities) == {"rms_norm", "rope", "swiglu_mlp", "glu_mlp", "attention", "chunked_attention"}
+    assert set(l4.capabilities) == {
+        "rms_norm",
+        "rope",
+        "swiglu_mlp",
+        "glu_mlp",
+        "attention",
+        "chunked_attention",
+        "attention_temperature",
+        "moe_router",
+    }
     assert (l4.conventions.rope_layout, l4.conventions.norm_rounding) == ("interleaved", "before_weight")
     for name in FAMILIES:
         adapter = load_adapter(name)
@@ -170,3 +181,170 @@ def test_olmo2_rounds_once() -> None:
     assert load_adapter("hf-qwen3").conventions.norm_rounding == "before_weight"
     with outside_hypothesis():
         check_forward(adapter, "rms_norm", case("rms_norm", fmt("bfloat16")), fmt("bfloat16"), Record("n", "n", "", ""))
+
+
+# ------------------------------------------------------------------------------------------------- MoE routers
+
+#: the MoE families of adapters/hf/families/moe.py: what each router implements of moe_router's choices (score,
+#: norm, selection, routed scaling) and whether its modeling file has load_balancing_loss_func (moe_aux_loss)
+MOE_ROUTERS = {
+    "hf-mixtral": ({"softmax"}, {"topk"}, {"top_k"}, {"none"}, True),
+    "hf-qwen3-moe": ({"softmax"}, {"none", "topk"}, {"top_k"}, {"none"}, True),
+    "hf-olmoe": ({"softmax"}, {"none", "topk"}, {"top_k"}, {"none"}, True),
+    "hf-deepseek-v3": ({"sigmoid"}, {"none", "topk"}, {"top_k", "bias", "groups"}, {"none", "factor"}, False),
+}
+
+
+@pytest.mark.parametrize("name", list(MOE_ROUTERS))
+def test_moe_families_declare_their_routers(name: str) -> None:
+    """Each router declares only the values its code implements; the load-balancing loss counts tokens
+    (Σ_e f_e = k: per_token) and stores its probabilities in the logits' dtype (unfused)."""
+    adapter = load_adapter(name)
+    assert adapter.name == name and EXTRAS[name] == "hf" and name in GROUPS["hf-families"]
+    score, norm, selection, scaling, aux = MOE_ROUTERS[name]
+    assert set(adapter.capabilities) == {"moe_router"} | ({"moe_aux_loss"} if aux else set())
+    values = adapter.capabilities["moe_router"].values
+    assert (values["score"], values["norm"], values["selection"], values["routed_scaling"]) == (
+        score,
+        norm,
+        selection,
+        scaling,
+    )
+    assert adapter.conventions.aux_loss_fraction == "per_token"
+    assert ("moe_aux_loss" in adapter.conventions.unfused) == aux
+
+
+def _router_case(
+    score: str,
+    norm: str,
+    k: int = 2,
+    scaling: float = 1.0,
+    groups: tuple[int, int] | None = None,
+    biased: bool = False,
+    dtype: str = "float32",
+) -> Case:
+    """Four tokens over eight experts, each token's logits a permutation of values 0.25 (sigmoid: 0.125) apart."""
+    f = fmt(dtype)
+    rng = np.random.default_rng(7)
+    spacing = 0.25 if score == "softmax" else 0.125
+    logits = f.round(np.stack([rng.permutation(8) - 3.5 for _ in range(4)]) * spacing)
+    bias = f.round(rng.integers(-16, 17, 8) * 2.0**-6 if biased else np.zeros(8))
+    n_group, topk_group = groups if groups else (None, None)
+    params = {
+        "k": k,
+        "score": score,
+        "norm": norm,
+        "routed_scaling_factor": scaling,
+        "n_group": n_group,
+        "topk_group": topk_group,
+    }
+    return Case({"logits": logits, "bias": bias}, params)
+
+
+MOE_CASES = [
+    ("hf-mixtral", _router_case("softmax", "topk")),
+    ("hf-mixtral", _router_case("softmax", "topk", k=1, dtype="bfloat16")),
+    ("hf-qwen3-moe", _router_case("softmax", "none", k=3)),
+    ("hf-qwen3-moe", _router_case("softmax", "topk", dtype="bfloat16")),
+    ("hf-olmoe", _router_case("softmax", "none", k=8)),
+    ("hf-olmoe", _router_case("softmax", "topk", dtype="float16")),
+    ("hf-deepseek-v3", _router_case("sigmoid", "topk", k=3, scaling=2.5, biased=True)),
+    # DeepSeek-V3's group-limited routing: 4 groups of 2 experts, 2 kept, 3 of their 4 experts selected
+    ("hf-deepseek-v3", _router_case("sigmoid", "topk", k=3, scaling=2.5, groups=(4, 2), biased=True)),
+    ("hf-deepseek-v3", _router_case("sigmoid", "none", k=2, groups=(2, 1), biased=True, dtype="bfloat16")),
+]
+
+
+def _check_router(name: str, adapter: Any, c: Case) -> None:
+    dtype = fmt(str(c.inputs["logits"].dtype))
+    with outside_hypothesis():
+        out = check_forward(adapter, "moe_router", c, dtype, Record(name, "moe_router", "", ""))
+        cot = fill(dtype, out.shape, 1.0, 9)
+        check_vjp(adapter, "moe_router", c, cot, dtype, Record(name, "moe_router", "", ""))
+    assert out.dtype == c.inputs["logits"].dtype and out.shape == c.inputs["logits"].shape
+    assert np.count_nonzero(out, axis=-1).tolist() == [c.params["k"]] * out.shape[0]
+    assert not np.any(adapter.vjp("moe_router", c.inputs, c.params, cot)["bias"])  # the selection-only bias: 0
+
+
+@pytest.mark.parametrize(("name", "c"), MOE_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(MOE_CASES)])
+def test_moe_router_agrees_with_the_oracle(name: str, c: Case) -> None:
+    """The real router code agrees with the oracle, forward and gradient, and selects exactly k experts."""
+    _check_router(name, load_adapter(name), c)
+
+
+def test_deepseek_v3_groups_limit_the_selection() -> None:
+    """With 4 groups of 2 and 2 kept, DeepSeek-V3's router selects only inside the two best groups (each scored by
+    its two highest choice scores): the third-best expert overall is left out when its group is not kept."""
+    adapter = load_adapter("hf-deepseek-v3")
+    logits = np.array([[2.0, -2.0, 1.9, 1.8, -1.0, -1.0, 0.0, 0.5]], dtype=np.float32)
+    params = {"k": 2, "score": "sigmoid", "norm": "topk", "routed_scaling_factor": 1.0, "n_group": 4, "topk_group": 2}
+    inputs = {"logits": logits, "bias": np.zeros(8, np.float32)}
+    out = adapter.forward("moe_router", inputs, params)
+    # groups (2, −2) → σ sum 1.00, (1.9, 1.8) → 1.73, (−1, −1) → 0.54, (0, 0.5) → 1.12: kept groups 1 and 3
+    assert np.flatnonzero(out[0]).tolist() == [2, 3]
+    ungrouped = adapter.forward("moe_router", inputs, params | {"n_group": None, "topk_group": None})
+    assert np.flatnonzero(ungrouped[0]).tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("name", [n for n, v in MOE_ROUTERS.items() if v[-1]])
+def test_moe_aux_loss_counts_tokens(name: str) -> None:
+    """load_balancing_loss_func's f_e is the share of tokens selecting e (Σ f_e = k): at uniform routing the
+    loss is k, and it agrees with the oracle declared per_token, forward and gradient."""
+    adapter = load_adapter(name)
+    dtype = fmt("float32")
+    c = Case({"logits": _router_case("softmax", "none").inputs["logits"]}, {"k": 3})
+    with outside_hypothesis():
+        check_forward(adapter, "moe_aux_loss", c, dtype, Record(name, "aux", "", ""))
+        check_vjp(adapter, "moe_aux_loss", c, np.asarray(1.5, np.float32), dtype, Record(name, "aux", "", ""))
+    uniform = adapter.forward("moe_aux_loss", {"logits": np.zeros((5, 8), np.float32)}, {"k": 3})
+    assert uniform.shape == () and float(uniform) == pytest.approx(3.0, rel=1e-6)
+
+
+def test_routers_refuse_what_they_do_not_implement() -> None:
+    """An undeclared choice raises (it is never computed as something else): Mixtral always renormalises and has
+    no selection bias; DeepSeek-V3's scores are sigmoids."""
+    c = _router_case("softmax", "none")
+    with pytest.raises(NotImplementedError, match="unnormalised"):
+        load_adapter("hf-mixtral").forward("moe_router", c.inputs, c.params)
+    biased = _router_case("softmax", "topk", biased=True)
+    with pytest.raises(NotImplementedError, match="selection-only bias"):
+        load_adapter("hf-qwen3-moe").forward("moe_router", biased.inputs, biased.params)
+    with pytest.raises(NotImplementedError, match="softmax scores"):
+        load_adapter("hf-deepseek-v3").forward("moe_router", c.inputs, c.params)
+
+
+def _with_router(name: str, mixin: type) -> Any:
+    """The family's adapter with its router mixin: as built once models.py lists the mixin in its bases (and then
+    declares moe_router itself), or else the family with the mixin first and its capability and convention added."""
+    adapter = load_adapter(name)
+    if isinstance(adapter, mixin):
+        return adapter
+    cls = type(type(adapter).__name__, (mixin, type(adapter)), {})
+    adapter = cls()
+    adapter.capabilities = {**adapter.capabilities, "moe_router": mixin.moe_router_capability}  # type: ignore[attr-defined]
+    unfused = adapter.conventions.unfused | mixin.moe_router_unfused  # type: ignore[attr-defined]
+    adapter.conventions = replace(adapter.conventions, unfused=unfused)
+    return adapter
+
+
+@pytest.mark.parametrize(
+    ("name", "mixin", "c"),
+    [
+        ("hf-gpt-oss", "GptOssRouterMixin", _router_case("softmax", "topk", k=3)),
+        ("hf-gpt-oss", "GptOssRouterMixin", _router_case("softmax", "topk", dtype="bfloat16")),
+        ("hf-llama4", "Llama4RouterMixin", _router_case("sigmoid", "none", k=1)),
+        ("hf-llama4", "Llama4RouterMixin", _router_case("sigmoid", "none", k=3, dtype="float16")),
+    ],
+    ids=["gpt-oss-f32", "gpt-oss-bf16", "llama4-f32", "llama4-f16"],
+)
+def test_family_router_mixins(name: str, mixin: str, c: Case) -> None:
+    """gpt-oss's GptOssTopKRouter (softmax over the top-k logits: renormalised softmax) and Llama 4's Llama4Router
+    (sigmoid of the top-k logits, not renormalised) agree with the oracle, and the family's other operations are
+    still dispatched (the mixin's _impl hands them on)."""
+    from transformer_conformance.adapters.hf.families import moe
+
+    adapter = _with_router(name, getattr(moe, mixin))
+    cap = adapter.capabilities["moe_router"].values
+    assert cap["selection"] == {"top_k"} and cap["routed_scaling"] == {"none"}
+    _check_router(name, adapter, c)
+    assert adapter._impl("rope") is not None

@@ -60,6 +60,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 from transformers import (
+    AttentionInterface,
     CohereConfig,
     Gemma2Config,
     GPTNeoXConfig,
@@ -70,6 +71,7 @@ from transformers import (
     Phi3Config,
     Qwen3Config,
 )
+from transformers.cache_utils import DynamicCache
 from transformers.models.cohere import modeling_cohere as cohere
 from transformers.models.gemma2 import modeling_gemma2 as gemma2
 from transformers.models.gpt_neox import modeling_gpt_neox as neox
@@ -88,6 +90,7 @@ from transformer_conformance.adapters.hf.families.base import (
     make_config,
     rotary_module,
 )
+from transformer_conformance.adapters.hf.families.moe import GptOssRouterMixin, Llama4RouterMixin
 
 #: what every family declares on the same grounds as hf-llama: float32 angles, HF's chain of ops for RoPE and
 #: the MLP (each intermediate in the input dtype), eager attention bottom-right
@@ -98,6 +101,21 @@ GLU = frozenset({"silu", "gelu_erf", "gelu_tanh", "gelu_sigmoid", "relu"})
 LAYER_ATTENTION = frozenset({"attention", "sliding_window_attention"})
 #: an attention without a soft-cap
 NO_SOFTCAP = Capability(values={"softcap": frozenset({"none"})})
+
+#: the attention function (transformers' ``AttentionInterface``) that keeps the query an attention layer hands it, on
+#: the module, and returns zeros: the layer's own computation up to its attention, with nothing after it
+CAPTURE = "transformer-conformance-capture"
+
+
+def _capture(
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kw: Any
+) -> Any:
+    module.__dict__["captured_query"] = query
+    b, h, t, _ = query.shape
+    return query.new_zeros(b, t, h, value.shape[-1]), None
+
+
+AttentionInterface.register(CAPTURE, _capture)
 
 
 def _eps(cls: type) -> float:
@@ -359,7 +377,7 @@ HFMistralAdapter = _llama_like(
 )
 
 
-class HFGptOssAdapter(FamilyAdapter):
+class HFGptOssAdapter(GptOssRouterMixin, FamilyAdapter):
     """``hf-gpt-oss``: GptOssRMSNorm, gpt-oss's RoPE, attention with sinks (and its sliding layers)."""
 
     name = "hf-gpt-oss"
@@ -380,11 +398,16 @@ class HFGptOssAdapter(FamilyAdapter):
         self.conventions = Conventions(
             rope_layout="half",
             norm_rounding="single",
-            unfused=frozenset({"rope", "sink_attention"}),
+            unfused=frozenset({"rope", "sink_attention"}) | self.moe_router_unfused,
             eps_defaults={"rms_norm": eps, "layer_norm": eps},
             sliding_window="inclusive",  # masking_utils' sliding_window_overlay: kv_idx > q_idx − W
         )
-        self.capabilities = {"rms_norm": Capability(), "rope": Capability(), "sink_attention": Capability()}
+        self.capabilities = {
+            "rms_norm": Capability(),
+            "rope": Capability(),
+            "sink_attention": Capability(),
+            "moe_router": self.moe_router_capability,
+        }
 
     def sink_attention(
         self,
@@ -406,7 +429,7 @@ class HFGptOssAdapter(FamilyAdapter):
         return {"sink_attention": self.sink_attention}.get(op) or super()._impl(op)
 
 
-class HFLlama4Adapter(FamilyAdapter):
+class HFLlama4Adapter(Llama4RouterMixin, FamilyAdapter):
     """``hf-llama4``: Llama4TextRMSNorm, Llama 4's complex RoPE, Llama4TextMLP, chunked attention."""
 
     name = "hf-llama4"
@@ -438,6 +461,8 @@ class HFLlama4Adapter(FamilyAdapter):
             "glu_mlp": Capability(values={"activation": GLU}),
             "attention": NO_SOFTCAP,
             "chunked_attention": Capability(),
+            "attention_temperature": Capability(),
+            "moe_router": self.moe_router_capability,
         }
 
     def rope(
@@ -464,6 +489,52 @@ class HFLlama4Adapter(FamilyAdapter):
         keys: dict[str, Any] = {"layer_types": ["chunked_attention"], "attention_chunk_size": int(chunk)}
         return self.local_attention(q, k, v, scale, **keys)
 
+    def attention_temperature(
+        self, q: torch.Tensor, positions: torch.Tensor, floor_scale: float = 8192.0, attn_scale: float = 0.1
+    ) -> torch.Tensor:
+        """q (..., T, D) scaled as a NoPE layer of Llama 4 scales its queries: ``Llama4TextAttention`` of a layer
+        without RoPE (``no_rope_layers`` [0]) with ``attn_temperature_tuning``, its ``q_proj`` the identity on the
+        hidden states that hold q's heads, decoding T tokens after a ``DynamicCache`` of p₀ earlier ones (the layer
+        takes its positions as p₀ + t from the cache's length: consecutive positions only). The query the layer hands
+        its attention function (captured there, ``CAPTURE``) is the output."""
+        t, d = q.shape[-2:]
+        p0 = int(positions[0]) if t else 0
+        if not torch.equal(positions.cpu(), torch.arange(p0, p0 + t)):
+            raise NotImplementedError(f"{self.name}'s attention takes consecutive positions (p₀ + t) only")
+        if floor_scale != int(floor_scale):
+            raise NotImplementedError(f"{self.name}'s configuration holds an integer floor_scale, not {floor_scale}")
+        heads = q.numel() // max(t * d, 1)
+        hidden = q.reshape(heads, t, d).transpose(0, 1).reshape(1, t, heads * d)
+        config = make_config(
+            self.family,
+            hidden_size=heads * d,
+            num_attention_heads=heads,
+            num_key_value_heads=1,
+            head_dim=d,
+            no_rope_layers=[0],
+            attn_temperature_tuning=True,
+            floor_scale=int(floor_scale),
+            attn_scale=attn_scale,
+        )
+        config._attn_implementation = CAPTURE
+        with torch.device("meta"):
+            attn = llama4.Llama4TextAttention(config, layer_idx=0)
+        eye = torch.eye(heads * d, dtype=q.dtype, device=q.device)
+        none = torch.zeros(d, heads * d, dtype=q.dtype, device=q.device)
+        weights = {"q_proj.weight": eye, "k_proj.weight": none, "v_proj.weight": none, "o_proj.weight": eye}
+        cache = DynamicCache()
+        if p0:  # p₀ earlier tokens' keys and values (zeros, one KV head; a view, no memory of their own)
+            earlier = torch.zeros(1, 1, 1, d, dtype=q.dtype, device=q.device).expand(1, 1, p0, d)
+            cache.update(earlier, earlier, 0)
+        functional_call(attn, weights, (hidden, None, None), {"cache": cache})
+        captured = attn.__dict__.pop("captured_query")  # (1, heads, T, D)
+        return captured[0].reshape(q.shape)
+
     def _impl(self, op: str) -> Any:
-        impl = {"rope": self.rope, "attention": self.layer_attention, "chunked_attention": self.chunked_attention}
+        impl = {
+            "rope": self.rope,
+            "attention": self.layer_attention,
+            "chunked_attention": self.chunked_attention,
+            "attention_temperature": self.attention_temperature,
+        }
         return impl.get(op) or super()._impl(op)

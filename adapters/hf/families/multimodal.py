@@ -1,0 +1,90 @@
+"""HF transformers' vision-language text models: multimodal RoPE as their language models run it.
+
+* ``hf-qwen2-vl`` — ``Qwen2VLRotaryEmbedding`` on the (3, B, T) position ids (temporal, height, width), whose
+  ``mrope_section`` splits the frequencies into consecutive sections (``streams="sections"``), and the modeling
+  file's ``apply_rotary_pos_emb`` (halves; cos and sin rounded to x's dtype, the rotation in x's dtype: unfused).
+* ``hf-qwen3-vl`` — ``Qwen3VLTextRotaryEmbedding``, whose frequencies interleave the three streams
+  (``streams="interleaved"``: t, h, w, t, h, w, …), and Qwen3-VL's ``apply_rotary_pos_emb``.
+
+Each configuration holds the suite's base as ``rope_theta`` and its sections as ``mrope_section``; no weights are
+downloaded. Supported: transformers 5.x, measured on 5.24 with torch 2.13, CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen2_vl
+from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3_vl
+from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+
+from transformer_conformance.adapters.contract import Capability, Conventions
+from transformer_conformance.adapters.hf.adapter import _HFAdapter
+from transformer_conformance.adapters.versions import SUPPORTED, require
+
+
+class _MRopeAdapter(_HFAdapter):
+    """An adapter whose ``mrope`` is one VL family's text rotary embedding and ``apply_rotary_pos_emb``."""
+
+    config: type
+    rotary: type[nn.Module]
+    apply_rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    streams: str
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.supported = SUPPORTED[self.name]
+        require(self.name, self.supported)
+        super().__init__(device)
+        self.conventions = Conventions(rope_layout="half", unfused=frozenset({"mrope"}))
+        self.capabilities = {"mrope": Capability(values={"streams": frozenset({self.streams})})}
+
+    def mrope(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        sections: tuple[int, int, int],
+        base: float = 10000.0,
+        streams: str = "sections",
+    ) -> torch.Tensor:
+        if streams != self.streams:
+            raise NotImplementedError(f"{self.name}'s rotary embedding has {self.streams} streams, not {streams}")
+        t, d = x.shape[-2:]
+        config = self.config(
+            hidden_size=d,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=d,
+            rope_parameters={"rope_type": "default", "rope_theta": float(base), "mrope_section": list(sections)},
+        )
+        module = self.rotary(config).to(x.device)
+        q = x.reshape(1, -1, t, d)  # (batch, heads, T, d)
+        cos, sin = module(q, positions[:, None, :])  # position ids (3, batch, T)
+        out, _ = self.apply_rotary(q, q, cos, sin)
+        return out.reshape(x.shape)
+
+    def _impl(self, op: str) -> Any:
+        return {"mrope": self.mrope}[op]
+
+
+class HFQwen2VLAdapter(_MRopeAdapter):
+    """``hf-qwen2-vl``: Qwen2-VL's M-RoPE, consecutive sections."""
+
+    name = "hf-qwen2-vl"
+    config = Qwen2VLTextConfig
+    rotary = qwen2_vl.Qwen2VLRotaryEmbedding
+    apply_rotary = staticmethod(qwen2_vl.apply_rotary_pos_emb)
+    streams = "sections"
+
+
+class HFQwen3VLAdapter(_MRopeAdapter):
+    """``hf-qwen3-vl``: Qwen3-VL's M-RoPE, interleaved streams."""
+
+    name = "hf-qwen3-vl"
+    config = Qwen3VLTextConfig
+    rotary = qwen3_vl.Qwen3VLTextRotaryEmbedding
+    apply_rotary = staticmethod(qwen3_vl.apply_rotary_pos_emb)
+    streams = "interleaved"
