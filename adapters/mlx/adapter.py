@@ -13,6 +13,16 @@ What each contract operation calls (adapters/mlx/ops.py):
   (lower-right, i.e. bottom-right, aligned), ``scale``. The kernel has no soft-capping: a soft-capped call is
   computed as mlx-lm's Gemma 2 writes it, with ``mx`` operations in the input dtype (as the kernel's own CPU
   path computes);
+* ``sliding_window_attention`` — the same kernel with a boolean mask from mlx-lm's own
+  ``create_causal_mask(N=L_q, offset=L_k − L_q, window_size=W)`` (what its KV caches hand the kernel for a
+  windowed layer; ``mlx_lm/models/base.py``, loaded on its own, see ``ops.mlx_lm_base``): p − j < W, the
+  query's own token among the W (``sliding_window="inclusive"``, read off the mask when the adapter is built);
+  softcap ``none`` only (the kernel has no cap);
+* ``sink_attention`` — the same kernel's ``sinks`` (one logit per query head, in the input dtype), as mlx-lm's
+  gpt-oss calls it, with ``mask="causal"``, the window mask or none; declared only where the installed MLX's
+  kernel takes ``sinks``. Its CPU path is the composed fallback (the sink column concatenated to the scores,
+  the softmax, the column sliced off), so ``mx.vjp`` differentiates it with respect to the sinks too (the
+  GPU backends' fused VJP refuses that);
 * ``mlp``, ``glu_mlp``, ``swiglu_mlp`` — the matrix products and ``nn.relu``, ``nn.gelu``,
   ``nn.gelu_approx``, ``nn.gelu_fast_approx`` (x·σ(1.702x)), ``nn.relu2``, ``nn.silu``;
 * ``cross_entropy`` — ``nn.losses.cross_entropy(reduction="none")``; ``cross_entropy_mean`` — that loss
@@ -20,8 +30,8 @@ What each contract operation calls (adapters/mlx/ops.py):
 * ``z_loss``, ``softcap_z_loss`` — ``mx.logsumexp`` in float32 squared times α (on c·tanh(l/c), formed in the
   input dtype).
 
-Every gradient is ``mx.vjp`` of the same function. The adapter refuses any MLX outside the series its
-conventions were measured on (``SUPPORTED``).
+Every gradient is ``mx.vjp`` of the same function. The adapter refuses any MLX (and mlx-lm) outside the series
+its conventions were measured on (``SUPPORTED``; adapters/versions.py).
 """
 
 from __future__ import annotations
@@ -35,8 +45,8 @@ import numpy as np
 
 from transformer_conformance.adapters.contract import OPS, Capability, Conventions
 from transformer_conformance.adapters.mlx import ops
+from transformer_conformance.adapters.versions import MLX_LM, describe, installed, require
 from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
-from transformer_conformance.adapters.versions import describe
 
 #: MLX versions this adapter is measured on: [low, high) as (major, minor)
 SUPPORTED = ((0, 32), (0, 33))
@@ -78,6 +88,7 @@ class MlxAdapter:
 
     def __init__(self, device: str = "cpu", rope_layout: str = "half") -> None:
         check_version()
+        require(self.name, (MLX_LM,))  # the window masks are mlx-lm's
         if device != "cpu":
             raise RuntimeError(f"the mlx adapter runs on MLX's CPU backend only, not {device!r}")
         mx.set_default_device(mx.cpu)
@@ -99,6 +110,8 @@ class MlxAdapter:
                     "rope",
                     "rope_scaled",
                     "attention",
+                    "sliding_window_attention",
+                    "sink_attention",
                     "rms_norm.vjp",
                     "layer_norm",
                     "swiglu_mlp",
@@ -111,6 +124,8 @@ class MlxAdapter:
             ),
             eps_defaults={"rms_norm": ops.EPS_DEFAULT, "layer_norm": ops.EPS_DEFAULT},
             causal_alignment="bottom_right",
+            # mlx-lm's create_causal_mask keeps p − j < W (the query's own token among the W): measured on its mask
+            sliding_window=ops.window_counts(),
         )
         self.impl: dict[str, Callable[..., mx.array]] = {
             "rms_norm": ops.rms_norm,
@@ -118,6 +133,7 @@ class MlxAdapter:
             "rope": ops.rope_op(self.traditional),
             "rope_scaled": ops.rope_scaled_op(self.traditional),
             "attention": ops.attention,
+            "sliding_window_attention": ops.sliding_window_attention,
             "swiglu_mlp": ops.swiglu_mlp,
             "mlp": ops.mlp,
             "glu_mlp": ops.glu_mlp,
@@ -126,7 +142,11 @@ class MlxAdapter:
             "z_loss": ops.z_loss,
             "softcap_z_loss": ops.softcap_z_loss,
         }
+        if ops.has_sinks():  # mx.fast.scaled_dot_product_attention's sinks (MLX 0.29 on)
+            self.impl["sink_attention"] = ops.sink_attention
         self.capabilities: dict[str, Capability] = {op: Capability(dtypes=ALL) for op in self.impl}
+        # the kernel has no soft-cap
+        self.capabilities["sliding_window_attention"] = Capability(dtypes=ALL, values={"softcap": frozenset({"none"})})
         self.capabilities["rope_scaled"] = Capability(dtypes=ALL, values={"scaling.type": frozenset({"linear"})})
         # Not declared in low precision: measured over their budgets under the declarations above (docs/adapters.md,
         # "mlx"): the two-matrix and GLU MLPs' gradients in bfloat16 and float16 (nn.gelu is four operations, each
@@ -141,6 +161,7 @@ class MlxAdapter:
             "mlx": mx.__version__,
             "numpy": np.__version__,
             "device": str(mx.default_device()),
+            "mlx-lm": installed("mlx-lm") or "",
             "supports": describe(SUPPORTED_RELEASES["mlx"]),
         }
 

@@ -9,9 +9,14 @@ The statements each operation implements are those of the seeds as the contract 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -126,6 +131,95 @@ def attention(
     if softcap:
         return _softcapped(q, k, v, bool(causal), s, float(softcap))
     return _sdpa(q, k, v, bool(causal), s)
+
+
+#: the name mlx-lm's ``mlx_lm/models/base.py`` is loaded under (not ``mlx_lm``: see :func:`mlx_lm_base`)
+MLX_LM_BASE = "transformer_conformance.adapters.mlx._mlx_lm_base"
+
+
+@functools.cache
+def mlx_lm_base() -> ModuleType:
+    """mlx-lm's ``mlx_lm/models/base.py`` (``create_causal_mask``, the masks its models and KV caches hand
+    ``mx.fast.scaled_dot_product_attention``), run from the installed file itself. The file imports only
+    ``mlx``; importing it as ``mlx_lm.models.base`` would run ``mlx_lm/__init__.py``, which imports its
+    generation and conversion code and through it transformers and torch (seconds, and another framework in
+    the process), so it is loaded on its own under :data:`MLX_LM_BASE`."""
+    spec = importlib.util.find_spec("mlx_lm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the mlx adapter's windowed masks are mlx-lm's: install mlx-lm (the project's mlx extra)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "models" / "base.py"
+    file_spec = importlib.util.spec_from_file_location(MLX_LM_BASE, path)
+    if file_spec is None or file_spec.loader is None:
+        raise ImportError(f"mlx-lm's mask module {path} cannot be loaded")
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[MLX_LM_BASE] = module  # dataclasses look their class's module up while it executes
+    file_spec.loader.exec_module(module)
+    return module
+
+
+def window_mask(lq: int, lk: int, window: int) -> mx.array:
+    """The boolean (L_q, L_k) mask of a causal sliding window of ``window`` tokens, as mlx-lm forms it:
+    ``create_causal_mask(N=L_q, offset=L_k − L_q, window_size=W)``, what its KV caches' ``make_mask`` return
+    for a windowed layer (gpt-oss's, Gemma's sliding layers). Query i is token i + L_k − L_q (bottom-right).
+    Causal cases keep L_q ≤ L_k."""
+    lq, lk = int(lq), int(lk)
+    if lq > lk:
+        raise Unsupported(f"a causal window needs L_q ≤ L_k (a KV cache's offset), not L_q {lq} > L_k {lk}")
+    mask: mx.array = mlx_lm_base().create_causal_mask(lq, lk - lq, window_size=int(window))
+    return mask
+
+
+def window_counts() -> Literal["inclusive", "exclusive"]:
+    """What mlx-lm's window counts, read off its mask: a query at token 1 with a window of 1 sees key 0 only if
+    the window counts the keys before the query's own (p − j ≤ W, "exclusive"); with p − j < W ("inclusive",
+    the query's own token among the W) it sees its own alone."""
+    sees_previous = bool(mlx_lm_base().create_causal_mask(1, 1, window_size=1)[0, 0].item())
+    return "exclusive" if sees_previous else "inclusive"
+
+
+def sliding_window_attention(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    window: int,
+    softcap: float | None = None,
+    scale: float | None = None,
+) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention`` with mlx-lm's window mask (a boolean array: the kernel fills the
+    masked scores with the dtype's lowest value). The kernel has no soft-cap: only softcap None is declared."""
+    if softcap:
+        raise Unsupported("mx.fast.scaled_dot_product_attention has no soft-cap; the mlx adapter declares none only")
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    mask = window_mask(q.shape[2], k.shape[2], window)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=s, mask=mask)
+
+
+def sink_attention(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    sinks: mx.array,
+    causal: bool = True,
+    window: int | None = None,
+    scale: float | None = None,
+) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention(..., sinks=)`` as mlx-lm's gpt-oss calls it: the sinks (H_q,) in the
+    input dtype, prepended to each row of scores before the softmax and sliced off after it; ``mask="causal"``
+    for causal attention, mlx-lm's window mask for a window (a window is causal), none otherwise."""
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    mask: mx.array | str | None = None
+    if window is not None:
+        mask = window_mask(q.shape[2], k.shape[2], window)
+    elif causal:
+        mask = "causal"
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=s, mask=mask, sinks=sinks)
+
+
+def has_sinks() -> bool:
+    """Whether this MLX's ``mx.fast.scaled_dot_product_attention`` takes ``sinks`` (its signature, as its
+    docstring states it: the binding has no Python signature)."""
+    signature = (mx.fast.scaled_dot_product_attention.__doc__ or "").split("\n", 1)[0]
+    return "sinks:" in signature
 
 
 def swiglu_mlp(x: mx.array, w1: mx.array, w3: mx.array, w2: mx.array) -> mx.array:
