@@ -80,8 +80,12 @@ ONNXRUNTIME = Supported("onnxruntime", "1.32", "1.33", module="onnxruntime")
 TORCH_EXPORTER = Supported("torch", "2.13", "2.14")
 #: the HF model families configure their rotary embeddings with 5.x's ``rope_parameters``
 TRANSFORMERS_5 = Supported("transformers", "5", "6")
+#: DeepseekV3TopkRouter routes (sigmoid, correction bias, groups) from 5.13; before, DeepseekV3MoE did
+TRANSFORMERS_DEEPSEEK_V3_ROUTER = Supported("transformers", "5.13", "6")
 #: MLX's conventions are measured on its 0.32 series (its CPU backend's composed fallbacks)
 MLX = Supported("mlx", "0.32", "0.33")
+#: the mlx adapter's window masks are mlx-lm's create_causal_mask, as measured on 0.32 (p − j < W)
+MLX_LM = Supported("mlx-lm", "0.32", "0.33")
 #: torchtune 0.6 imports only beside torchao 0.14-0.15 (0.16 dropped ``int4_weight_only``)
 TORCHTUNE = Supported("torchtune", "0.6", "0.7")
 TORCHAO = Supported("torchao", "0.14", "0.16")
@@ -126,9 +130,15 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
             "hf-mistral",
             "hf-gpt-oss",
             "hf-llama4",
+            "hf-mixtral",
+            "hf-qwen3-moe",
+            "hf-olmoe",
+            "hf-qwen2-vl",
+            "hf-qwen3-vl",
         )
     },
-    "mlx": (MLX,),
+    "hf-deepseek-v3": (TRANSFORMERS_DEEPSEEK_V3_ROUTER, TORCH),
+    "mlx": (MLX, MLX_LM),
     "torchtune": (TORCHTUNE, TORCHAO, TORCH),
     "keras-hub": (KERAS_HUB, KERAS, JAX),
     "equinox": (EQUINOX, JAX),
