@@ -36,7 +36,7 @@ def test_contrib_smoke() -> None:
     assert set(checked) == {f"rms_norm[{d}]" for d in ("float32", "float16", "bfloat16")} | {
         "rope[float32]",
         "rope[float16]",
-    }
+    } | {f"sliding_window_attention[{d}][{c}]" for d in ("float32", "float16") for c in ("none", "tanh")}
 
 
 def test_declarations() -> None:
@@ -207,3 +207,55 @@ def test_exporter_drops_eps_1e8() -> None:
     x, w = np.zeros((1, 2), np.float32), np.ones(2, np.float32)
     assert np.isnan(adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-8})).all()
     assert np.array_equal(adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-7}), np.zeros((1, 2)))
+
+
+def test_gqa_window_count_follows_the_release() -> None:
+    """GroupQueryAttention's local_window_size counts the query's own token from 1.24 (onnxruntime#25927)."""
+    from transformer_conformance.adapters.onnxruntime.adapter import gqa_window_counts
+
+    assert load_adapter("onnxruntime-contrib").conventions.sliding_window == "inclusive"  # 1.32, measured
+    assert [gqa_window_counts(v) for v in ("1.22.0", "1.23.2", "1.24.1", "1.32.0", "2")] == [
+        "exclusive",
+        "exclusive",
+        "inclusive",
+        "inclusive",
+        "inclusive",
+    ]
+
+
+@pytest.mark.parametrize("alignment", ["bottom_right", "top_left"])
+def test_sliding_window_against_the_oracle(alignment: str) -> None:
+    """GroupQueryAttention with a past (3 queries on 5 keys, B = 2, heads 4 on 2, D 3 and D_v 1 padded to 8) agrees
+    with the oracle in the declared count and alignment; the other count is caught, and so is the other alignment."""
+    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeContribAdapter
+
+    dtype = fmt("float32")
+    inputs = {
+        "q": fill(dtype, (2, 4, 3, 3), 1.0, 0),
+        "k": fill(dtype, (2, 2, 5, 3), 1.0, 1),
+        "v": fill(dtype, (2, 2, 5, 1), 1.0, 2),
+    }
+    c = Case(inputs, {"window": 2, "softcap": 5.0, "scale": 0.5}, {})
+    adapter = OnnxRuntimeContribAdapter(causal_alignment=alignment)
+    rec = Record("swa", "sliding_window_attention", "", "")
+    with outside_hypothesis():
+        out = check_forward(adapter, "sliding_window_attention", c, dtype, rec)
+    assert out.shape == (2, 4, 3, 1)
+    declared = adapter.conventions
+    other = "top_left" if alignment == "bottom_right" else "bottom_right"
+    for wrong in (replace(declared, sliding_window="exclusive"), replace(declared, causal_alignment=other)):
+        adapter.conventions = wrong  # declared, not built
+        with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
+            check_forward(adapter, "sliding_window_attention", c, dtype, rec)
+
+
+def test_sliding_window_bfloat16_has_no_kernel() -> None:
+    """What is left undeclared has no kernel: a bfloat16 GroupQueryAttention session fails to build."""
+    from transformer_conformance.adapters.onnxruntime.adapter import OnnxRuntimeContribAdapter
+
+    adapter = OnnxRuntimeContribAdapter()
+    assert adapter.capabilities["sliding_window_attention"].dtypes == {"float32", "float16"}
+    assert not adapter.capabilities["sliding_window_attention"].grad
+    c = case("sliding_window_attention", fmt("bfloat16"))
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED"):
+        adapter.forward("sliding_window_attention", c.inputs, c.params)

@@ -51,10 +51,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions, SlidingWindow
 from transformer_conformance.adapters.onnxruntime import graphs
 from transformer_conformance.adapters.onnxruntime.graphs import ELEM
-from transformer_conformance.adapters.versions import ONNXRUNTIME, SUPPORTED, describe, require
+from transformer_conformance.adapters.versions import ONNXRUNTIME, SUPPORTED, describe, release, require
 
 DTYPE_NAMES = {
     np.dtype(np.float32): "float32",
@@ -69,6 +69,26 @@ ALL = frozenset({"float32", "float16", "bfloat16"})
 def check_version(version: str = ort.__version__) -> None:
     """Refuse, with one line, an onnxruntime outside the releases the adapter's declarations were measured on."""
     require("onnxruntime", (ONNXRUNTIME,), {"onnxruntime": version})
+
+
+#: the first release whose GroupQueryAttention counts the query's own token in ``local_window_size``
+#: (microsoft/onnxruntime#25927, merged September 2025: "previously, local window size of GQA op excluded the
+#: current token"); measured on the CPU provider: 1.22.0 and 1.23.0 exclude it, 1.24.1 and 1.32.0 include it
+GQA_WINDOW_INCLUDES_OWN_TOKEN = (1, 24)
+
+
+def gqa_window_counts(version: str = ort.__version__) -> SlidingWindow:
+    """What GroupQueryAttention's ``local_window_size`` W counts on onnxruntime ``version``: "inclusive" (W keys, the
+    query's own token among them, p − j < W) from 1.24, "exclusive" (W keys before it, p − j ≤ W) before."""
+    have = release(version)
+    return "inclusive" if have + (0,) * (2 - len(have)) >= GQA_WINDOW_INCLUDES_OWN_TOKEN else "exclusive"
+
+
+def pad_last(a: np.ndarray, width: int) -> np.ndarray:
+    """``a`` with its last axis zero-padded to ``width`` (a zero adds nothing to a dot product, exactly)."""
+    if a.shape[-1] == width:
+        return a
+    return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])])
 
 
 def rope_cache(positions: np.ndarray, rd: int, base: float) -> tuple[np.ndarray, np.ndarray]:
@@ -251,27 +271,55 @@ class OnnxRuntimeContribAdapter(OnnxRuntimeAdapter):
       norm of exported LLaMA-style models before opset 23);
     * ``rope`` — ``com.microsoft.RotaryEmbedding`` on x viewed as (batch, 1, T, d) (``num_heads=1``, which it
       requires with ``rotary_embedding_dim``), ``position_ids`` indexing cos and sin caches in x's type,
-      ``interleaved`` from the declared layout.
+      ``interleaved`` from the declared layout;
+    * ``sliding_window_attention`` — ``com.microsoft.GroupQueryAttention`` with ``local_window_size`` W, as
+      inference runtimes call it: q, k, v packed (B, L, H·D), ``num_heads``/``kv_num_heads`` for grouped KV heads,
+      ``softcap`` and ``scale`` (always given: 1/√D of the call's D by default). The operator is causal with the
+      new tokens last (query i is token i + past): with L_q < L_k the first L_k − L_q keys and values are its
+      ``past_key``/``past_value`` (B, H_kv, past, D), ``seqlens_k`` = L_k − 1 and ``total_sequence_length`` = L_k,
+      which is bottom-right; declared top-left, query i sees only keys ≤ i, so it runs on the first L_q keys alone.
+      The CPU kernel takes head sizes that are multiples of 8 with v's equal to k's: q, k and v are zero-padded
+      to a common multiple of 8 (exact: the zeros add nothing to q·k, and the padded output columns are dropped);
+      it takes several new tokens after a past for one sequence only, so such a batch runs a sequence at a time.
 
-    The contrib attention operators are not declared: ``GroupQueryAttention`` is causal only (no attribute turns
+    What W counts depends on the release (microsoft/onnxruntime#25927, ``gqa_window_counts``): measured on the CPU
+    provider, 1.22.0 and 1.23.0 exclude the query's own token (p − j ≤ W), 1.24.1 and 1.32.0 include it
+    (p − j < W); ``sliding_window`` is declared from ``onnxruntime.__version__``. The CPU kernel has no bfloat16
+    implementation (NOT_IMPLEMENTED): float32 and float16. Float16 computes in float32 and rounds once.
+
+    The contract's ``attention`` is not declared here: ``GroupQueryAttention`` is causal only (no attribute turns
     the mask off) and ``MultiHeadAttention`` has one head count for q, k and v (no grouped KV heads), so neither
-    computes every case of the contract's ``attention`` (non-causal GQA).
+    computes every case of it (non-causal GQA).
     """
 
     name = "onnxruntime-contrib"
 
     def __init__(self, device: str = "cpu", rope_layout: str = "half", causal_alignment: str = "bottom_right") -> None:
         super().__init__(device, rope_layout, causal_alignment)
-        self.conventions = replace(self.conventions, unfused=frozenset({"rope"}))
+        self.conventions = replace(
+            self.conventions, unfused=frozenset({"rope"}), sliding_window=gqa_window_counts(ort.__version__)
+        )
         self.capabilities = {
             # bfloat16 has a kernel here, unlike the standard RMSNormalization
             "rms_norm": Capability(dtypes=ALL, grad=False),
             "rope": Capability(dtypes=F32_F16, grad=False),
+            # no bfloat16 GroupQueryAttention kernel on the CPU provider; softcap none and tanh
+            "sliding_window_attention": Capability(dtypes=F32_F16, grad=False),
         }
-        self._build = self._build | {"rms_norm": self._simplified_layer_norm, "rope": self._contrib_rope}
+        self._build = self._build | {
+            "rms_norm": self._simplified_layer_norm,
+            "rope": self._contrib_rope,
+            "sliding_window_attention": self._group_query_attention,
+        }
 
     def environment(self) -> dict[str, str]:
-        return super().environment() | {"operators": "SimplifiedLayerNormalization, com.microsoft.RotaryEmbedding"}
+        operators = "SimplifiedLayerNormalization, com.microsoft.RotaryEmbedding, com.microsoft.GroupQueryAttention"
+        return super().environment() | {"operators": operators}
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        if op == "sliding_window_attention":
+            return self._forward_window(inputs, params)
+        return super().forward(op, inputs, params)
 
     def _simplified_layer_norm(self, elem: int, eps: float | None) -> bytes:
         node = helper.make_node("SimplifiedLayerNormalization", ["x", "weight"], ["y"], axis=-1, **self._eps(eps))
@@ -289,3 +337,58 @@ class OnnxRuntimeContribAdapter(OnnxRuntimeAdapter):
         )
         ins = [("x", elem), ("position_ids", TensorProto.INT64), ("cos", elem), ("sin", elem)]
         return graphs.model([node], ins, [("y", elem)], 17, contrib=True)
+
+    def _group_query_attention(
+        self, elem: int, heads: int, kv_heads: int, window: int, softcap: float | None, scale: float, past: bool
+    ) -> bytes:
+        attrs: dict[str, Any] = {"num_heads": heads, "kv_num_heads": kv_heads, "local_window_size": window}
+        attrs["scale"] = scale
+        if softcap:
+            attrs["softcap"] = float(softcap)
+        cache = ["past_key", "past_value"] if past else ["", ""]
+        names = ["q", "k", "v", *cache, "seqlens_k", "total_sequence_length"]
+        outs = ["y", "present_key", "present_value"]
+        node = helper.make_node("GroupQueryAttention", names, outs, domain=graphs.MS_DOMAIN, **attrs)
+        ins = [(n, elem) for n in names[:5] if n] + [(n, TensorProto.INT32) for n in names[5:]]
+        return graphs.model([node], ins, [(n, elem) for n in outs], 17, contrib=True)
+
+    def _forward_window(self, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        (b, hq, lq, d), (hkv, lk, dv) = q.shape, (k.shape[1], k.shape[2], v.shape[3])
+        if lq > lk:
+            raise NotImplementedError(f"GroupQueryAttention appends the queries to the keys: L_q {lq} > L_k {lk}")
+        if not self.cache_for_causal:  # top-left: query i sees keys j ≤ i < L_q only
+            k, v, lk = k[:, :, :lq], v[:, :, :lq], lq
+        width = -(-max(d, dv) // 8) * 8  # the CPU kernel's head size: a multiple of 8, v's equal to k's
+        q, k, v = pad_last(q, width), pad_last(k, width), pad_last(v, width)
+        scale = float(d**-0.5 if params.get("scale") is None else params["scale"])
+        cut = lk - lq
+        dtype = DTYPE_NAMES[np.dtype(q.dtype)]
+        key = (hq, hkv, int(params["window"]), params.get("softcap"), scale, cut > 0)
+        sess = self._session("sliding_window_attention", dtype, *key)
+        if b > 1 and lq > 1 and cut:
+            # the CPU kernel takes several new tokens after a past for one sequence only ("batch_size must be 1
+            # when sequence_length > 1 and past context is given"): each batch entry is its own call
+            parts = [self._run_gqa(sess, q[i : i + 1], k[i : i + 1], v[i : i + 1], cut) for i in range(b)]
+            return np.ascontiguousarray(np.concatenate(parts)[..., :dv])
+        return np.ascontiguousarray(self._run_gqa(sess, q, k, v, cut)[..., :dv])
+
+    @staticmethod
+    def _run_gqa(sess: ort.InferenceSession, q: np.ndarray, k: np.ndarray, v: np.ndarray, cut: int) -> np.ndarray:
+        """GroupQueryAttention of (B, H, L, D) q, k, v, the first ``cut`` keys and values as the past."""
+        (b, hq, lq, width), lk = q.shape, k.shape[2]
+
+        def packed(x: np.ndarray) -> np.ndarray:  # (B, H, L, D) → (B, L, H·D)
+            return x.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1)
+
+        feeds = {
+            "q": packed(q),
+            "k": packed(k[:, :, cut:]),
+            "v": packed(v[:, :, cut:]),
+            "seqlens_k": np.full((b,), lk - 1, dtype=np.int32),
+            "total_sequence_length": np.array(lk, dtype=np.int32),
+        }
+        if cut:
+            feeds |= {"past_key": k[:, :, :cut], "past_value": v[:, :, :cut]}
+        y = graphs.run(sess, feeds, "y", q.dtype)
+        return y.reshape(b, lq, hq, width).transpose(0, 2, 1, 3)
