@@ -202,7 +202,8 @@ def test_moe_families_declare_their_routers(name: str) -> None:
     adapter = load_adapter(name)
     assert adapter.name == name and EXTRAS[name] == "hf" and name in GROUPS["hf-families"]
     score, norm, selection, scaling, aux = MOE_ROUTERS[name]
-    assert set(adapter.capabilities) == {"moe_router"} | ({"moe_aux_loss"} if aux else set())
+    attention = {"mla_attention"} if name == "hf-deepseek-v3" else set()  # DeepSeek-V3's MLA besides its router
+    assert set(adapter.capabilities) == {"moe_router"} | ({"moe_aux_loss"} if aux else set()) | attention
     values = adapter.capabilities["moe_router"].values
     assert (values["score"], values["norm"], values["selection"], values["routed_scaling"]) == (
         score,
@@ -348,3 +349,70 @@ def test_family_router_mixins(name: str, mixin: str, c: Case) -> None:
     assert cap["selection"] == {"top_k"} and cap["routed_scaling"] == {"none"}
     _check_router(name, adapter, c)
     assert adapter._impl("rope") is not None
+
+
+def _mla_case(causal: bool, lq: int = 3) -> Case:
+    """Two heads decoding ``lq`` queries over 6 keys at uneven positions, YaRN's mscale (tests/adapter_smoke.py's
+    layout with every width distinct)."""
+    b, h, lk, dn, dr, dc, dv = 2, 2, 6, 5, 6, 7, 4
+    dtype = fmt("float32")
+    k_positions = np.array([0, 3, 5, 7, 9, 20], dtype=np.int64)
+    inputs = {
+        "q_nope": fill(dtype, (b, h, lq, dn), 1.0, 1),
+        "q_rope": fill(dtype, (b, h, lq, dr), 1.0, 2),
+        "latent": fill(dtype, (b, lk, dc), 1.0, 3),
+        "k_rope": fill(dtype, (b, lk, dr), 1.0, 4),
+        "w_uk": fill(dtype, (h, dc, dn), dc**-0.5, 5),
+        "w_uv": fill(dtype, (h, dc, dv), dc**-0.5, 6),
+        "q_positions": k_positions[lk - lq :],
+        "k_positions": k_positions,
+    }
+    params = {"causal": causal, "base": 10000.0, "mscale": {"factor": 40.0, "mscale_all_dim": 1.0}, "form": "naive"}
+    return Case(inputs, params)
+
+
+@pytest.mark.parametrize(("causal", "lq"), [(True, 3), (True, 6), (False, 3)])
+def test_deepseek_v3_mla_agrees_with_the_oracle(causal: bool, lq: int) -> None:
+    """DeepseekV3Attention's MLA — decoding after a cache of the earlier tokens, or all at once — agrees with the
+    oracle in the interleaved layout it declares, forward and every gradient; in the half layout it does not."""
+    adapter = load_adapter("hf-deepseek-v3")
+    assert adapter.conventions.rope_layout == "interleaved" and "mla_attention" in adapter.conventions.unfused
+    assert adapter.capabilities["mla_attention"].declared("form", ("naive", "absorbed")) == ("naive",)
+    c, dtype = _mla_case(causal, lq), fmt("float32")
+    with outside_hypothesis():
+        out = check_forward(adapter, "mla_attention", c, dtype, Record("hf-deepseek-v3", "mla", "", ""))
+        cot = fill(dtype, out.shape, 1.0, 9)
+        check_vjp(adapter, "mla_attention", c, cot, dtype, Record("hf-deepseek-v3", "mla", "", ""))
+        adapter.conventions = replace(adapter.conventions, rope_layout="half")
+        with pytest.raises(CheckFailure):
+            check_forward(adapter, "mla_attention", c, dtype, Record("hf-deepseek-v3", "mla", "", ""))
+
+
+def test_deepseek_v3_mla_refuses_what_the_module_cannot_compute() -> None:
+    """The absorbed form, and queries at positions other than their own tokens', raise (never computed otherwise)."""
+    adapter = load_adapter("hf-deepseek-v3")
+    c = _mla_case(True)
+    with pytest.raises(NotImplementedError, match="naive form"):
+        adapter.forward("mla_attention", c.inputs, c.params | {"form": "absorbed"})
+    moved = c.inputs | {"q_positions": c.inputs["q_positions"] + 1}
+    with pytest.raises(NotImplementedError, match="their own tokens"):
+        adapter.forward("mla_attention", moved, c.params)
+
+
+def test_switch_transformers_router_z_loss() -> None:
+    """router_z_loss_func is ST-MoE's router z-loss: it agrees with the oracle in float32, forward and gradient; in
+    float16 its sum of the tokens' z² overflows where the mean does not (the known failure in expectations/hf.toml)."""
+    adapter = load_adapter("hf-switch-transformers")
+    assert set(adapter.capabilities) == {"moe_z_loss"} and adapter.conventions.unfused == {"moe_z_loss"}
+    dtype = fmt("float32")
+    c = Case({"logits": fill(dtype, (5, 8), 2.0, 3)}, {})
+    with outside_hypothesis():
+        check_forward(adapter, "moe_z_loss", c, dtype, Record("hf-switch-transformers", "z", "", ""))
+        check_vjp(
+            adapter, "moe_z_loss", c, np.asarray(0.5, np.float32), dtype, Record("hf-switch-transformers", "z", "", "")
+        )
+    ones = np.ones((4096, 256), np.float16)
+    assert np.isinf(adapter.forward("moe_z_loss", {"logits": ones}, {}))
+    assert float(adapter.forward("moe_z_loss", {"logits": ones.astype(np.float32)}, {})) == pytest.approx(
+        (1 + np.log(256)) ** 2
+    )

@@ -21,6 +21,7 @@ and norm statements the contract's operations cite (docs/coverage.md).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -145,6 +146,12 @@ class EagerCall(nn.Module):
         return out.transpose(1, 2)  # the eager functions return (B, L_q, H, D_v)
 
 
+def cache_keyword(fn: Callable[..., Any]) -> str:
+    """The name ``fn`` takes its cache by: ``cache`` in later 5.x releases (a module's forward, masking_utils' mask
+    functions), ``past_key_values`` before (5.13, say)."""
+    return "cache" if "cache" in inspect.signature(fn).parameters else "past_key_values"
+
+
 def layer_mask(
     config: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
@@ -161,7 +168,8 @@ def layer_mask(
     b, lq = q.shape[0], q.shape[-2]
     embeds = torch.zeros(b, lq, config.hidden_size, dtype=q.dtype, device=q.device)  # only its shape and dtype count
     positions = torch.arange(past, past + lq, device=q.device)[None, :]
-    mask = MASKS[kind](config=config, inputs_embeds=embeds, attention_mask=None, cache=cache, position_ids=positions)
+    given = {"config": config, "inputs_embeds": embeds, "attention_mask": None, "position_ids": positions}
+    mask = MASKS[kind](**given, **{cache_keyword(MASKS[kind]): cache})
     keys, values = cache.update(k[:, :, past:], v[:, :, past:], 0)
     return mask, keys, values
 

@@ -87,6 +87,7 @@ from transformer_conformance.adapters.hf.families.base import (
     ACT2FN_NAMES,
     Family,
     FamilyAdapter,
+    cache_keyword,
     make_config,
     rotary_module,
 )
@@ -526,7 +527,7 @@ class HFLlama4Adapter(Llama4RouterMixin, FamilyAdapter):
         if p0:  # p₀ earlier tokens' keys and values (zeros, one KV head; a view, no memory of their own)
             earlier = torch.zeros(1, 1, 1, d, dtype=q.dtype, device=q.device).expand(1, 1, p0, d)
             cache.update(earlier, earlier, 0)
-        functional_call(attn, weights, (hidden, None, None), {"cache": cache})
+        functional_call(attn, weights, (hidden, None, None), {cache_keyword(attn.forward): cache})
         captured = attn.__dict__.pop("captured_query")  # (1, heads, T, D)
         return captured[0].reshape(q.shape)
 

@@ -29,6 +29,10 @@ dense (N, E) combine weights, exactly 0 elsewhere; gradients are autograd's thro
   probability in float32; E·Σ f_e·P_e. The probabilities are stored in the input dtype before the float32 sums:
   ``unfused`` moe_aux_loss.
 
+* ``hf-switch-transformers`` — ``router_z_loss_func`` of Switch Transformers' modeling file (``moe_z_loss``), the
+  router z-loss its model adds as ``router_z_loss_coef`` times the function's value: the suite's logits as one group
+  of N tokens, (1, N, E); ``logsumexp``, its square and the mean each in the logits' dtype (``unfused``).
+
 The mixins give the existing families their routers: :class:`GptOssRouterMixin` (``GptOssTopKRouter``: a biased
 linear layer, top-k of the logits, a softmax over the k selected logits in their dtype — the renormalised softmax
 top-k, the linear layer's bias 0: it is a logit bias, not the contract's selection-only one; autograd keeps that
@@ -43,6 +47,7 @@ Seeds: reference/moe.py cites the papers (Mixtral §2.1, DeepSeek-V3 §2.1.2, Sw
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from typing import Any, cast
 
@@ -63,9 +68,11 @@ from transformers.models.llama4 import modeling_llama4 as llama4
 from transformers.models.mixtral import modeling_mixtral as mixtral
 from transformers.models.olmoe import modeling_olmoe as olmoe
 from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen3_moe
+from transformers.models.switch_transformers import modeling_switch_transformers as switch
 
 from transformer_conformance.adapters.contract import Capability, Conventions
 from transformer_conformance.adapters.hf.families.base import FamilyAdapter
+from transformer_conformance.adapters.hf.families.mla import DeepseekV3MlaMixin
 
 RouterFn = Callable[..., torch.Tensor]
 
@@ -233,13 +240,22 @@ class HFOlmoeAdapter(_SoftmaxTopKAdapter):
     moe_router_capability = router_capability("softmax", ("none", "topk"))
 
 
-class HFDeepseekV3Adapter(RouterAdapter):
-    """``hf-deepseek-v3``: DeepseekV3TopkRouter — sigmoid scores, the correction bias, groups, scaling."""
+class HFDeepseekV3Adapter(DeepseekV3MlaMixin, RouterAdapter):
+    """``hf-deepseek-v3``: DeepseekV3TopkRouter — sigmoid scores, the correction bias, groups, scaling — and
+    DeepseekV3Attention's multi-head latent attention (adapters/hf/families/mla.py)."""
 
     name = "hf-deepseek-v3"
     moe_router_capability = router_capability(
         "sigmoid", ("none", "topk"), ("top_k", "bias", "groups"), ("none", "factor")
     )
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        # the attention's RoPE is DeepSeek-V3's interleaved one; its q, k and v are stored in the dtype under test
+        self.conventions = replace(
+            self.conventions, rope_layout="interleaved", unfused=self.conventions.unfused | {"mla_attention"}
+        )
+        self.capabilities["mla_attention"] = self.mla_capability
 
     def moe_router(
         self,
@@ -274,6 +290,26 @@ class HFDeepseekV3Adapter(RouterAdapter):
         state = {"weight": identity_gate(logits, torch.float32), "e_score_correction_bias": bias.float()}
         _, weights, indices = functional_call(module, state, (logits,))
         return dense(logits, weights, indices)
+
+
+class HFSwitchTransformersAdapter(FamilyAdapter):
+    """``hf-switch-transformers``: Switch Transformers' ``router_z_loss_func`` (ST-MoE's router z-loss)."""
+
+    name = "hf-switch-transformers"
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        # logsumexp, its square and their mean are each rounded to the logits' dtype
+        self.conventions = Conventions(unfused=frozenset({"moe_z_loss"}))
+        self.capabilities = {"moe_z_loss": Capability()}
+
+    def moe_z_loss(self, logits: torch.Tensor) -> torch.Tensor:
+        """The modeling file's ``router_z_loss_func`` on the logits as one group of N tokens (groups × tokens × E)."""
+        return torch.as_tensor(switch.router_z_loss_func(logits[None]))
+
+    def _impl(self, op: str) -> RouterFn:
+        impl: dict[str, RouterFn] = {"moe_z_loss": self.moe_z_loss}
+        return impl[op]
 
 
 class GptOssRouterMixin:
