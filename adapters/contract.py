@@ -201,6 +201,11 @@ OPS: dict[str, OpSpec] = {
         summary="logits (N, E): the load-balancing loss E·Σ_e f_e·P_e of a softmax top-k router, P_e the mean "
         "probability of expert e, f_e the fraction routed to it (as declared: aux_loss_fraction); a 0-d array.",
     ),
+    "moe_z_loss": OpSpec(
+        ("logits",),
+        summary="logits (N, E): ST-MoE's router z-loss, the mean over the N tokens of logsumexp(logits)² (no "
+        "coefficient: the trainer's); a 0-d array.",
+    ),
     "mlp": OpSpec(
         ("x", "w_in", "w_out"),
         params=("activation",),

@@ -30,6 +30,7 @@ EXTRAS: dict[str, str] = {
     "hf-qwen3-moe": "hf",
     "hf-olmoe": "hf",
     "hf-deepseek-v3": "hf",
+    "hf-switch-transformers": "hf",
     "hf": "hf",  # the group hf-llama, hf-gemma, hf-t5 (adapters/registry.py GROUPS)
     "hf-families": "hf",  # the group of adapters/hf/families
     "liger": "liger",

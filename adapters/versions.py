@@ -133,6 +133,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
             "hf-mixtral",
             "hf-qwen3-moe",
             "hf-olmoe",
+            "hf-switch-transformers",
             "hf-qwen2-vl",
             "hf-qwen3-vl",
         )

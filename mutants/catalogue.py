@@ -64,6 +64,7 @@ BEHAVIOURS: dict[str, str] = {
     "attention_sinks": "test_local_attention.py",
     "moe_routing": "test_moe.py",
     "moe_aux_loss": "test_moe.py",
+    "moe_z_loss": "test_moe.py",
     "mrope": "test_mrope.py",
     "mla": "test_mla.py",
     "attention_temperature": "test_attention_temperature.py",
@@ -1994,6 +1995,47 @@ def moe_aux_loss_unscaled(a: MutantAdapter) -> None:
 )
 def moe_aux_loss_selected_probs(a: MutantAdapter) -> None:
     _aux(a, lambda p, mask, k: (mask.mean(dim=0) * (p * mask.sum(dim=1)).mean(dim=0)).sum() * p.shape[-1])
+
+
+def _z(a: MutantAdapter, loss: Callable[[T], T]) -> None:
+    """moe_z_loss as ``loss(float32 logits)``, cast to the logits' dtype."""
+
+    def moe_z_loss(logits: T) -> T:
+        return loss(logits.float()).to(logits.dtype)
+
+    a.impl["moe_z_loss"] = moe_z_loss
+
+
+@mutant("moe_z_loss", "moe-z-loss/forward", "the router z-loss averaged over the experts too: mean of z²/E")
+def moe_z_loss_over_experts(a: MutantAdapter) -> None:
+    _z(a, lambda u: (torch.logsumexp(u, dim=-1) ** 2).mean() / u.shape[-1])
+
+
+@mutant(
+    "moe_z_loss",
+    "moe-z-loss/gradient",
+    "z² written as z.detach()·z: the value right, the gradient z·softmax/N, half of 2·z·softmax/N",
+)
+def moe_z_loss_half_gradient(a: MutantAdapter) -> None:
+    def loss(u: T) -> T:
+        z = torch.logsumexp(u, dim=-1)
+        return (z.detach() * z).mean()
+
+    _z(a, loss)
+
+
+@mutant(
+    "moe_z_loss",
+    "moe-z-loss/token-mean",
+    "the mean of two micro-batches' means, weighted equally when their token counts differ",
+)
+def moe_z_loss_micro_batch_means(a: MutantAdapter) -> None:
+    def loss(u: T) -> T:
+        z2 = torch.logsumexp(u, dim=-1) ** 2
+        half = (len(z2) + 1) // 2
+        return z2.mean() if len(z2) < 2 else (z2[:half].mean() + z2[half:].mean()) / 2
+
+    _z(a, loss)
 
 
 # ----------------------------------------------------------------------------- multimodal RoPE, NoPE temperature

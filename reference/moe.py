@@ -13,6 +13,9 @@
   token libraries differ in what f counts, a declared convention (``aux_loss_fraction``): ``per_token`` — the
   tokens that selected e, so Σ_e f_e = k (HF transformers' ``load_balancing_loss_func``: Mixtral, Qwen-MoE,
   OLMoE); ``per_assignment`` — the share of the N·k assignments, Σ_e f_e = 1 (Megatron-Core's switch loss).
+* The router z-loss — Zoph et al. 2022, *ST-MoE: Designing Stable and Transferable Sparse Expert Models* §3.3
+  (equation 5): L_z = (1/N)·Σ_i (log Σ_e exp u_ie)², which keeps the router's logits small; its gradient is
+  2·z_i·softmax(u_i)/N. The coefficient it is weighted by (10⁻³ in ST-MoE) is the trainer's, outside the loss.
 
 The router's output is the dense combine weights (N, E): each token's weight for each expert, exactly 0 for the
 experts it does not select. Selection is piecewise constant in the logits: the VJP is that of the weights for the
@@ -26,7 +29,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from transformer_conformance.reference.losses import softmax
+from transformer_conformance.reference.losses import logsumexp, softmax
 
 F64 = NDArray[np.float64]
 Score = Literal["softmax", "sigmoid"]
@@ -149,3 +152,14 @@ def moe_aux_loss_vjp(logits: F64, g: F64, k: int, fraction: Fraction = "per_toke
     p = softmax(logits)
     dp = np.broadcast_to(float(g) * e * _fractions(p, k, fraction) / n, p.shape)
     return p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
+
+
+def moe_z_loss(logits: F64) -> F64:
+    """ST-MoE's router z-loss (1/N)·Σ_i z_i², z_i = log Σ_e exp(u_ie), over the N tokens (a 0-d array)."""
+    return np.asarray(np.mean(logsumexp(logits) ** 2))
+
+
+def moe_z_loss_vjp(logits: F64, g: F64) -> F64:
+    """∂logits = g·2·z_i·softmax(u_i)/N, row by row (∂z_i/∂u_i = softmax(u_i))."""
+    n = logits.shape[0]
+    return (float(g) * 2.0 * logsumexp(logits) / n)[:, None] * softmax(logits)

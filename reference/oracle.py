@@ -73,6 +73,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "mla_attention": ("q_nope", "q_rope", "latent", "k_rope", "w_uk", "w_uv"),
     "moe_router": ("logits", "bias"),
     "moe_aux_loss": ("logits",),
+    "moe_z_loss": ("logits",),
     "mlp": ("x", "w_in", "w_out"),
     "glu_mlp": ("x", "w1", "w3", "w2"),
     "block": BLOCK_INPUTS,
@@ -238,10 +239,12 @@ def router_kw(params: Mapping[str, Any]) -> dict[str, Any]:
 MOE_FORWARD: dict[str, Fwd] = {
     "moe_router": lambda x, p, c: moe_ref.moe_router(x["logits"], x["bias"], **router_kw(p)),
     "moe_aux_loss": lambda x, p, c: moe_ref.moe_aux_loss(x["logits"], int(p["k"]), c.aux_loss_fraction),
+    "moe_z_loss": lambda x, p, c: moe_ref.moe_z_loss(x["logits"]),
 }
 MOE_VJP: dict[str, LocalBwd] = {
     "moe_router": lambda x, p, c, g: moe_ref.moe_router_vjp(x["logits"], x["bias"], g, **router_kw(p)),
     "moe_aux_loss": lambda x, p, c, g: (moe_ref.moe_aux_loss_vjp(x["logits"], g, int(p["k"]), c.aux_loss_fraction),),
+    "moe_z_loss": lambda x, p, c, g: (moe_ref.moe_z_loss_vjp(x["logits"], g),),
 }
 
 

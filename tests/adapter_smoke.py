@@ -145,6 +145,8 @@ def case(op: str, dtype: Format, seed: int = 0, n: int = 64, choice: str | None 
             "targets": np.array([0, -100, 5, 16], dtype=np.int64),
         }
         params = {"ignore_index": -100, "reduction": choice}
+    elif op == "moe_z_loss":  # a router's logits: 5 tokens over 8 experts
+        inputs = {"logits": fill(dtype, (5, 8), 2.0, seed)}
     elif op == "z_loss_mean":
         inputs = {"logits": fill(dtype, (3, 17), 2.0, seed), "targets": np.array([0, -100, 16], dtype=np.int64)}
         params = {"alpha": 1e-4, "ignore_index": -100}

@@ -31,6 +31,22 @@ def test_aux_loss_vjp_matches_finite_differences(fraction: str) -> None:
     assert_vjp(lambda a: 1.5 * moe.moe_aux_loss(a, 2, fraction), u, du, rng)  # type: ignore[arg-type]
 
 
+def test_z_loss_vjp_matches_finite_differences() -> None:
+    rng = np.random.default_rng(5)
+    u = rng.standard_normal((4, 6)) * 3.0
+    du = moe.moe_z_loss_vjp(u, np.asarray(0.75))
+    assert_vjp(lambda a: 0.75 * moe.moe_z_loss(a), u, du, rng)
+
+
+def test_z_loss_is_st_moes() -> None:
+    """(1/N)·Σ_i (log Σ_e exp u_ie)²: 0 where every token's z is 0, (ln E)² at all-zero logits."""
+    assert moe.moe_z_loss(np.log(np.full((3, 4), 0.25))) == pytest.approx(0.0, abs=1e-30)
+    assert moe.moe_z_loss(np.zeros((7, 8))) == pytest.approx(np.log(8.0) ** 2)
+    assert moe.moe_z_loss(np.array([[0.0, 0.0], [3.0, 3.0]])) == pytest.approx(
+        (np.log(2) ** 2 + (3 + np.log(2)) ** 2) / 2
+    )
+
+
 def test_renormalised_softmax_is_the_softmax_of_the_top_k_logits() -> None:
     """Mixtral: softmax over the selected logits equals the top-k softmax weights divided by their sum."""
     u = np.array([[0.3, -1.0, 2.0, 0.7, 1.5]])

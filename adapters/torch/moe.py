@@ -1,8 +1,9 @@
-"""PyTorch MoE routing and its load-balancing loss for the torch adapter, as model code writes them: scores in
-float32 (softmax or sigmoid of the logits), ``torch.topk`` of the scores plus the selection bias within the best
-groups (DeepSeek-V3's router: groups scored by their two highest choice scores), the selected scores gathered,
-renormalised and scaled, and scattered into the dense combine weights; the loss as HF transformers'
-``load_balancing_loss_func`` computes it (Mixtral, Qwen-MoE, OLMoE). Rounded once to the input dtype.
+"""PyTorch MoE routing, its load-balancing loss and its router z-loss for the torch adapter, as model code writes
+them: scores in float32 (softmax or sigmoid of the logits), ``torch.topk`` of the scores plus the selection bias
+within the best groups (DeepSeek-V3's router: groups scored by their two highest choice scores), the selected scores
+gathered, renormalised and scaled, and scattered into the dense combine weights; the loss as HF transformers'
+``load_balancing_loss_func`` computes it (Mixtral, Qwen-MoE, OLMoE); the z-loss as the mean of logsumexp² in
+float32. Rounded once to the input dtype.
 """
 
 from __future__ import annotations
@@ -55,10 +56,15 @@ def moe_aux_loss(logits: torch.Tensor, k: int, fraction: str = "per_token") -> t
     return (loss / k if fraction == "per_assignment" else loss).to(logits.dtype)
 
 
+def moe_z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """ST-MoE's router z-loss as MoE trainers write it: the mean over tokens of logsumexp² in float32, cast once."""
+    return (torch.logsumexp(logits.float(), dim=-1) ** 2).mean().to(logits.dtype)
+
+
 def ops(fraction: str) -> dict[str, Callable[..., torch.Tensor]]:
-    """The two operations, keyed by contract name, for the declared load-balancing fraction."""
+    """The three operations, keyed by contract name, for the declared load-balancing fraction."""
 
     def aux(logits: torch.Tensor, k: int) -> torch.Tensor:
         return moe_aux_loss(logits, k, fraction)
 
-    return {"moe_router": moe_router, "moe_aux_loss": aux}
+    return {"moe_router": moe_router, "moe_aux_loss": aux, "moe_z_loss": moe_z_loss}

@@ -17,7 +17,7 @@ import numpy as np
 from transformer_conformance.adapters.contract import Conventions
 from transformer_conformance.conformance.budgets import error_model as em
 from transformer_conformance.conformance.budgets.error_model import Rounding, Tracked
-from transformer_conformance.conformance.budgets.losses import log_softmax
+from transformer_conformance.conformance.budgets.losses import log_softmax, z_loss_t, z_loss_vjp_t
 from transformer_conformance.conformance.budgets.rounding import F64, Inputs, rounding
 from transformer_conformance.reference import moe
 from transformer_conformance.reference.formats import Format
@@ -127,5 +127,31 @@ def moe_aux_loss_vjp(
     return {"logits": du}
 
 
-FORWARD: dict[str, Any] = {"moe_router": moe_router, "moe_aux_loss": moe_aux_loss}
-VJP: dict[str, Any] = {"moe_router": moe_router_vjp, "moe_aux_loss": moe_aux_loss_vjp}
+#: the router z-loss has no coefficient of its own: α = 1 in the z-loss's budget
+_UNIT_ALPHA = {"alpha": 1.0}
+
+
+def moe_z_loss(inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format) -> Tracked:
+    """z² per token (budgets/losses.py's z-loss at α = 1, stored where intermediates are), summed over the tokens in
+    working precision and divided by N."""
+    r = rounding("moe_z_loss", dtype, conv)
+    logits = inputs["logits"]
+    per = em.store(r, z_loss_t(r, logits, _UNIT_ALPHA), r.u_mid)
+    row = Tracked(*(a.reshape(1, -1) for a in (per.v, per.e, per.m)))
+    mean = em.mul(r, em.total(r, row), em.const(r, 1.0 / max(len(logits), 1)), unit=r.u_work)
+    return Tracked(mean.v.reshape(()), mean.e.reshape(()), mean.m.reshape(()))
+
+
+def moe_z_loss_vjp(
+    inputs: Inputs, params: Mapping[str, Any], conv: Conventions, dtype: Format, g64: F64
+) -> dict[str, Tracked]:
+    """(g/N)·2·z·softmax(u) row by row: the z-loss's gradient for the per-token cotangent g/N, whose rounding (where
+    intermediates are stored) is one more relative error."""
+    r = rounding("moe_z_loss", dtype, conv, grad=True)
+    logits = inputs["logits"]
+    coef = np.full(len(logits), float(np.asarray(g64)) / max(len(logits), 1))
+    return {"logits": em.store(r, z_loss_vjp_t(r, logits, _UNIT_ALPHA, coef), r.u_mid)}
+
+
+FORWARD: dict[str, Any] = {"moe_router": moe_router, "moe_aux_loss": moe_aux_loss, "moe_z_loss": moe_z_loss}
+VJP: dict[str, Any] = {"moe_router": moe_router_vjp, "moe_aux_loss": moe_aux_loss_vjp, "moe_z_loss": moe_z_loss_vjp}

@@ -1,8 +1,8 @@
-"""MoE routing and its load-balancing loss: agreement with the oracle (forward, gradients, size regimes) and the
-properties routers promise — each token selects exactly its top k (within its best groups), the weights are an
-equivariant function of the logits, renormalised weights sum to the scaling factor, the bias moves the selection
-only; the load-balancing loss is k (or 1) at uniform routing
-(reference/moe.py cites the papers)."""
+"""MoE routing, its load-balancing loss and its z-loss: agreement with the oracle (forward, gradients, size regimes)
+and the properties routers promise — each token selects exactly its top k (within its best groups), the weights are
+an equivariant function of the logits, renormalised weights sum to the scaling factor, the bias moves the selection
+only; the load-balancing loss is k (or 1) at uniform routing; the router z-loss is a mean over the tokens, blind to
+their order and the experts' (reference/moe.py cites the papers)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,11 @@ AUX = (
     "ref: Switch Transformers §2.2: the auxiliary load-balancing loss E·Σ f_e·P_e (what f counts with k > 1 as "
     "declared: aux_loss_fraction)"
 )
-OP, AUX_OP = "moe_router", "moe_aux_loss"
+Z = (
+    "ref: ST-MoE (Zoph et al. 2022) §3.3, equation 5: the router z-loss (1/N)·Σ_i (log Σ_e exp u_ie)², whose "
+    "gradient is 2·z_i·softmax(u_i)/N"
+)
+OP, AUX_OP, Z_OP = "moe_router", "moe_aux_loss", "moe_z_loss"
 ROUTER_CHOICES = {
     "score": moe.SCORES,
     "norm": moe.NORMS,
@@ -209,6 +213,80 @@ def test_aux_loss_uniform(adapter: Adapter, dtype: Format, record: Record, data:
     check_forward(adapter, AUX_OP, Case({"logits": uniform}, case.params, case.about), dtype, record)
 
 
+# ------------------------------------------------------------------------------------------------ router z-loss
+
+
+@check("moe-z-loss/forward", "moe_z_loss", "agrees with the oracle", Z, op=Z_OP)
+@given(data=st.data())
+def test_z_loss_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    check_forward(adapter, Z_OP, data.draw(sm.z_loss_case(dtype), label="case"), dtype, record)
+
+
+@check("moe-z-loss/gradient", "moe_z_loss", "VJP agrees with the oracle: g·2·z_i·softmax(u_i)/N", Z, op=Z_OP, grad=True)
+@given(data=st.data())
+def test_z_loss_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(sm.z_loss_case(dtype), label="case")
+    cot = data.draw(cst.cotangent(dtype, ()), label="cotangent")
+    check_vjp(adapter, Z_OP, case, cot, dtype, record)
+
+
+@check(
+    "moe-z-loss/permutation-invariance",
+    "moe_z_loss",
+    "permuting the tokens and the experts leaves the loss unchanged",
+    Z,
+    op=Z_OP,
+)
+@given(data=st.data())
+def test_z_loss_permutation(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(sm.z_loss_case(dtype, extreme=False), label="case")
+    rng = np.random.default_rng(data.draw(cst.seeds, label="permutation seed"))
+    u = case.inputs["logits"]
+    permuted = {"logits": u[rng.permutation(u.shape[0])][:, rng.permutation(u.shape[1])]}
+    y, a, call = run(adapter, Z_OP, case.inputs, case.params, dtype, ())
+    yp, ap, _ = run(adapter, Z_OP, permuted, case.params, dtype, ())
+    agree(yp, ap, y, a, dtype, record, "loss of the permuted tokens and experts", call)
+
+
+@check(
+    "moe-z-loss/token-mean",
+    "moe_z_loss",
+    "the loss of N tokens is the mean of the losses of any split of them, each weighted by its tokens",
+    Z,
+    op=Z_OP,
+)
+@given(data=st.data())
+def test_z_loss_token_mean(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    case = data.draw(sm.z_loss_case(dtype, extreme=False), label="case")
+    u = case.inputs["logits"]
+    n = u.shape[0]
+    if n < 2:
+        return  # one token has no split
+    cut = data.draw(st.integers(1, n - 1), label="split")
+    y, a, call = run(adapter, Z_OP, case.inputs, case.params, dtype, ())
+    y1, a1, _ = run(adapter, Z_OP, {"logits": u[:cut]}, case.params, dtype, ())
+    y2, a2, _ = run(adapter, Z_OP, {"logits": u[cut:]}, case.params, dtype, ())
+    w1, w2 = cut / n, (n - cut) / n
+    x = case.values()
+    exact = oracle.forward(Z_OP, x, case.params, adapter.conventions, dtype)
+    parts = [
+        oracle.forward(Z_OP, {"logits": part}, case.params, adapter.conventions, dtype)
+        for part in (x["logits"][:cut], x["logits"][cut:])
+    ]
+    gap = exact - (w1 * parts[0] + w2 * parts[1])  # the float64 mean's own rounding: the oracle's difference
+    agree(
+        y,
+        a,
+        w1 * y1 + w2 * y2,
+        w1 * a1 + w2 * a2,
+        dtype,
+        record,
+        f"loss against its split after {cut} tokens",
+        call,
+        gap,
+    )
+
+
 # --------------------------------------------------------------------------------------------------- size regimes
 
 REGIMES = (
@@ -277,3 +355,30 @@ def test_aux_loss_regime_forward(adapter: Adapter, dtype: Format, record: Record
 @given(data=st.data())
 def test_aux_loss_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
     size_regimes.gradient(adapter, AUX_OP, data.draw(sm.aux_loss_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "moe-z-loss/regime-forward",
+    "moe_z_loss",
+    f"agrees with the oracle over {sm.Z_TOKENS[0]} tokens of {sm.Z_TOKENS[1]} experts",
+    Z,
+    op=Z_OP,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_loss_regime_forward(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.forward(adapter, Z_OP, data.draw(sm.z_loss_cases(dtype), label="cases"), dtype, record)
+
+
+@check(
+    "moe-z-loss/regime-gradient",
+    "moe_z_loss",
+    f"VJP agrees with the oracle over {sm.Z_TOKENS[0]} tokens of {sm.Z_TOKENS[1]} experts",
+    Z,
+    op=Z_OP,
+    grad=True,
+)
+@sizes.REGIME_SETTINGS
+@given(data=st.data())
+def test_z_loss_regime_gradient(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
+    size_regimes.gradient(adapter, Z_OP, data.draw(sm.z_loss_cases(dtype), label="cases"), dtype, record)

@@ -31,6 +31,7 @@ BEHAVIOURS = (
     "mlp",
     "moe_aux_loss",
     "moe_routing",
+    "moe_z_loss",
     "mrope",
     "rms_norm",
     "rope",

@@ -17,7 +17,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.choices import sampled_from
-from transformer_conformance.conformance.strategies.common import Case, seeds
+from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, seeds, z_in_range
 from transformer_conformance.reference import moe
 from transformer_conformance.reference.formats import Format
 
@@ -35,6 +35,8 @@ REGIME_TOKENS = 1024
 MANY_EXPERTS = (256, 8, 8, 4)
 WIDE_K = (64, 16)
 AUX_TOKENS = (16_384, 64, 8)
+#: the router z-loss's regime: DeepSeek-V3's 256 routed experts over 4096 tokens
+Z_TOKENS = (4096, 256)
 
 
 def separated(values: np.ndarray, k: int) -> bool:
@@ -186,3 +188,27 @@ def aux_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
     n, e, k = AUX_TOKENS
     x = logits(dtype, n, e, 0.25, 0.0, seed)
     return [Case({"logits": x}, {"k": k}, {"regime": f"{n} tokens, E {e}, k {k}", "seed": seed})]
+
+
+@st.composite
+def z_loss_case(draw: st.DrawFn, dtype: Format, extreme: bool = True) -> Case:
+    """Router logits of N tokens over E experts for the router z-loss: small to large magnitudes about a common
+    offset, moved (if need be) so that every z² is representable (common.z_in_range). ``extreme`` False keeps the
+    magnitudes below 4, where a sum of the N z² is representable in every dtype too (for the properties: an
+    overflowing sum is the agreement checks' to find)."""
+    e = draw(sampled_from([*EXPERTS, 256]), label="E")
+    n = draw(st.integers(1, 32), label="N")
+    mag = draw(magnitudes(-6, 5 if extreme else 1), label="|u|")
+    offset = draw(sampled_from([0.0, 0.0, -8.0, 12.0]), label="offset")
+    seed = draw(seeds, label="seed")
+    x, shift = z_in_range(fill(dtype, (n, e), mag, seed, offset), 1.0, dtype, 0.0)
+    return Case({"logits": x}, {}, {"E": e, "seed": seed, "shift": shift})
+
+
+@st.composite
+def z_loss_cases(draw: st.DrawFn, dtype: Format) -> list[Case]:
+    """The router z-loss over Z_TOKENS: a mean over many tokens of a wide router."""
+    seed = draw(seeds, label="seed")
+    n, e = Z_TOKENS
+    x = fill(dtype, (n, e), 2.0, seed, 1.0)
+    return [Case({"logits": x}, {}, {"regime": f"{n} tokens, E {e}", "seed": seed})]
