@@ -22,6 +22,12 @@ defects listed in expectations/keras-hub.toml reproduce jitted and eager alike):
   KV heads, ``logit_soft_cap``) on q, k, v laid out (batch, length, heads, width), with the causal mask the decoder
   block builds (``compute_causal_mask`` at the cache index Lk − Lq: bottom-right); its scale 1/√head_dim, a given
   scale s as the head width 1/s²;
+* ``sliding_window_attention`` — the same layer built as Gemma 2's local layers
+  (``use_sliding_window_attention=True, sliding_window_size=W``), its ``_compute_attention`` given the decoder
+  block's causal mask and the cache index Lk − Lq, so that ``_mask_sliding_window`` narrows it to the band
+  ``triu(−W + 1)·tril(W − 1)`` sliced at that index: p − j < W, the query's own token among the W
+  (``sliding_window="inclusive"``, read off the layer's mask when the adapter is built); soft-cap and scale as
+  ``attention``;
 * ``cross_entropy`` — ``keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)``;
   ``cross_entropy_mean`` — the same loss with ``ignore_class`` and its default reduction. A Keras loss
   computes in its own dtype (float32) whatever the logits' dtype; the loss comes back in the logits' dtype.
@@ -64,7 +70,15 @@ IMPL: dict[str, Callable[..., jax.Array]] = {
     "cross_entropy": ops.cross_entropy,
     "cross_entropy_mean": ops.cross_entropy_mean,
     "attention": ops.attention,
+    "sliding_window_attention": ops.sliding_window_attention,
 }
+
+
+def _refuse(op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> None:
+    """Refuse, before tracing (a refusal raised under ``jax.jit`` carries JAX's traceback note), a parameter value
+    the layer cannot honour."""
+    if op == "sliding_window_attention":
+        ops.check_window(inputs["q"].shape[2], inputs["k"].shape[2], params["window"])
 
 
 def _to_jax(a: np.ndarray) -> jax.Array:
@@ -132,9 +146,11 @@ class KerasHubAdapter:
             compute_dtype="float32",
             # RotaryEmbedding casts cos and sin to the compute dtype and rotates in it; Gemma's attention scales
             # q, forms the scores and soft-caps them in the compute dtype (the softmax in float32, cast back)
-            unfused=frozenset({"rope", "rope_scaled", "attention"}),
+            unfused=frozenset({"rope", "rope_scaled", "attention", "sliding_window_attention"}),
             # compute_causal_mask with the cache index Lk − Lq, as the decoder blocks decode
             causal_alignment="bottom_right",
+            # _mask_sliding_window's band keeps p − j < W (the query's own token among the W): read off the layer
+            sliding_window=ops.window_counts(),
             # XLA on the CPU flushes subnormal results to zero
             flush_subnormals=True,
             eps_defaults={"rms_norm": ops.RMS_EPS, "layer_norm": ops.LN_EPS},
@@ -156,6 +172,7 @@ class KerasHubAdapter:
         }
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        _refuse(op, inputs, params)
         floats, ints = _split(op, inputs)
         out = _compiled(op, _frozen(params))[0](floats, ints)
         return _to_numpy(out, inputs[OPS[op].inputs[0]].dtype)
@@ -163,6 +180,7 @@ class KerasHubAdapter:
     def vjp(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
+        _refuse(op, inputs, params)
         floats, ints = _split(op, inputs)
         grads = _compiled(op, _frozen(params))[1](floats, ints, _to_jax(cotangent))
         names = OPS[op].inputs

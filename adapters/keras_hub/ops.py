@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from transformer_conformance.adapters.keras_hub.backend import select_jax
 
@@ -148,18 +148,39 @@ def cross_entropy_mean(logits: jax.Array, targets: jax.Array, ignore_index: int 
 
 
 @lru_cache(maxsize=64)
-def _attention_layer(dtype: str, hq: int, hkv: int, d: int, scale: float | None, softcap: float | None) -> Any:
+def _attention_layer(
+    dtype: str, hq: int, hkv: int, d: int, scale: float | None, softcap: float | None, window: int | None = None
+) -> Any:
     """keras-hub's Gemma attention (``CachedGemmaAttention``: grouped KV heads, ``logit_soft_cap``), built as the
     Gemma backbones build it; its projections are not used (q, k and v arrive projected). Its scale is
     1/√head_dim (``query_head_dim_normalize``): a contract ``scale`` s is given as the head width 1/s² it
-    normalises by."""
+    normalises by. A ``window`` W builds it as Gemma 2's local layers (``use_sliding_window_attention``,
+    ``sliding_window_size=W``): ``_compute_attention`` then narrows the mask it is given to the layer's band."""
+    local = {} if window is None else {"use_sliding_window_attention": True, "sliding_window_size": window}
     layer = CachedGemmaAttention(
-        head_dim=d, num_query_heads=hq, num_key_value_heads=hkv, logit_soft_cap=softcap, dtype=dtype
+        head_dim=d, num_query_heads=hq, num_key_value_heads=hkv, logit_soft_cap=softcap, dtype=dtype, **local
     )
     layer.build((1, 1, hq * d))
     if scale is not None:
         layer.head_dim = 1.0 / (scale * scale)
     return layer
+
+
+def _attend(layer: Any, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, index: int) -> jax.Array:
+    """``layer._compute_attention`` on q (B, Hq, Lq, D), k and v (B, Hkv, Lk, ·) transposed to the (batch, length,
+    heads, width) it takes, at the cache index ``index``. The layer reshapes its output with q's head width, so
+    the narrower of D and the value width is padded with zeros to the wider (exact: zero terms of the dot
+    products; its scale is the head_dim it was built with) and the padded columns sliced off: one call, one
+    softmax, as a model's forward makes."""
+    d, dv = q.shape[-1], v.shape[-1]
+    width = max(d, dv)
+
+    def pad(a: jax.Array) -> jax.Array:
+        return jnp.pad(a, ((0, 0), (0, 0), (0, 0), (0, width - a.shape[-1]))) if a.shape[-1] < width else a
+
+    qt, kt, vt = (jnp.swapaxes(pad(a), 1, 2) for a in (q, k, v))
+    out = layer._compute_attention(qt, kt, vt, mask, cache_update_index=index)
+    return jnp.swapaxes(out, 1, 2)[..., :dv]
 
 
 def attention(
@@ -172,17 +193,48 @@ def attention(
 ) -> jax.Array:
     """``CachedGemmaAttention._compute_attention`` on q (B, Lq, Hq, D), k and v (B, Lk, Hkv, ·), the layout the
     layer takes, with the causal mask its decoder block builds (``compute_causal_mask`` with the cache index
-    Lk − Lq: bottom-right). The layer reshapes its output with q's head width, so a value width other than D
-    runs in D-wide slices of v (zero-padded), each the same softmax."""
+    Lk − Lq: bottom-right)."""
     b, hq, lq, d = q.shape
-    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    hkv, lk = k.shape[1], k.shape[2]
     layer = _attention_layer(_name(q), hq, hkv, d, None if scale is None else float(scale), softcap or None)
     mask = compute_causal_mask(b, lk, lq, lk - lq) if causal else None
-    qt, kt, vt = (jnp.swapaxes(a, 1, 2) for a in (q, k, v))
-    slices = []
-    for start in range(0, dv, d):
-        part = vt[..., start : start + d]
-        if part.shape[-1] < d:
-            part = jnp.pad(part, ((0, 0), (0, 0), (0, 0), (0, d - part.shape[-1])))
-        slices.append(layer._compute_attention(qt, kt, part, mask)[..., : min(d, dv - start)])
-    return jnp.swapaxes(jnp.concatenate(slices, axis=-1), 1, 2)
+    return _attend(layer, q, k, v, mask, 0)
+
+
+def check_window(lq: int, lk: int, window: int) -> None:
+    """Refuse (one line) what ``_mask_sliding_window`` cannot slice: it takes rows from the cache index Lk − Lq of
+    its (Lk, Lk) band with a clamped start, so more queries than keys would read the wrong rows."""
+    if int(window) < 1:
+        raise Unsupported(f"keras-hub's sliding_window_size must be at least 1, got {window}")
+    if lq > lk:
+        raise Unsupported(f"keras-hub's sliding window needs L_q ≤ L_k (a cache index ≥ 0), got {lq} > {lk}")
+
+
+def sliding_window_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    window: int,
+    softcap: float | None = None,
+    scale: float | None = None,
+) -> jax.Array:
+    """Gemma 2's local attention: ``CachedGemmaAttention(use_sliding_window_attention=True,
+    sliding_window_size=W)._compute_attention`` with the decoder block's causal mask and the cache index Lk − Lq,
+    as a decoding step calls it; the layer's ``_mask_sliding_window`` slices its (Lk, Lk) band at that index
+    (``check_window`` refuses what it cannot slice)."""
+    b, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    check_window(lq, lk, window)
+    layer = _attention_layer(
+        _name(q), hq, hkv, d, None if scale is None else float(scale), softcap or None, int(window)
+    )
+    return _attend(layer, q, k, v, compute_causal_mask(b, lk, lq, lk - lq), lk - lq)
+
+
+def window_counts() -> Literal["inclusive", "exclusive"]:
+    """What keras-hub's window counts, read off the band ``_mask_sliding_window`` builds: with a window of 1, a
+    query at token 1 sees key 0 only if the window counts the keys before the query's own (p − j ≤ W,
+    "exclusive"); with p − j < W ("inclusive", the query's own token among the W) it sees its own alone."""
+    layer = _attention_layer("float32", 1, 1, 1, None, None, 1)
+    band = layer._mask_sliding_window(compute_causal_mask(1, 2, 1, 1), cache_update_index=1)
+    return "exclusive" if bool(band[0, 0, 0]) else "inclusive"
