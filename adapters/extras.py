@@ -9,6 +9,7 @@ EXTRAS: dict[str, str] = {
     "torch": "torch",
     "torch-compile": "torch",
     "torch-compile-full": "torch",
+    "torch-flex": "torch",
     "jax": "jax",
     "flax": "jax",
     "flax-nnx": "jax",

@@ -15,6 +15,7 @@ BUILTIN: dict[str, str] = {
     "torch": "transformer_conformance.adapters.torch.adapter:TorchAdapter",
     "torch-compile": "transformer_conformance.adapters.torch.compile:TorchCompileAdapter",
     "torch-compile-full": "transformer_conformance.adapters.torch.compile:TorchCompileFullAdapter",
+    "torch-flex": "transformer_conformance.adapters.torch.flex:TorchFlexAdapter",
     "jax": "transformer_conformance.adapters.jax.adapter:JaxAdapter",
     "flax": "transformer_conformance.adapters.flax.adapter:FlaxLinenAdapter",
     "flax-nnx": "transformer_conformance.adapters.flax.adapter:FlaxNnxAdapter",

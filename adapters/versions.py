@@ -78,6 +78,8 @@ TRITON = Supported("triton", "3", "4")
 ONNXRUNTIME = Supported("onnxruntime", "1.32", "1.33", module="onnxruntime")
 #: the exporter of onnxruntime-export (torch.onnx's dynamo path and onnxscript's optimiser), as measured
 TORCH_EXPORTER = Supported("torch", "2.13", "2.14")
+#: torch-flex's FlexAttention as measured on the 2.13 series (the CPU kernel's refusals, ``AuxRequest``)
+TORCH_FLEX = Supported("torch", "2.13", "2.14")
 #: the HF model families configure their rotary embeddings with 5.x's ``rope_parameters``
 TRANSFORMERS_5 = Supported("transformers", "5", "6")
 #: DeepseekV3TopkRouter routes (sigmoid, correction bias, groups) from 5.13; before, DeepseekV3MoE did
@@ -106,6 +108,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "torch": (TORCH,),
     "torch-compile": (TORCH,),
     "torch-compile-full": (TORCH,),
+    "torch-flex": (TORCH_FLEX,),
     "jax": (JAX,),
     "flax": (FLAX, JAX),
     "flax-nnx": (FLAX, JAX),
