@@ -416,3 +416,14 @@ def test_switch_transformers_router_z_loss() -> None:
     assert float(adapter.forward("moe_z_loss", {"logits": ones.astype(np.float32)}, {})) == pytest.approx(
         (1 + np.log(256)) ** 2
     )
+
+
+def test_cache_keyword_refuses_a_function_without_one() -> None:
+    """The cache goes by the name the installed function takes; a function naming neither would swallow it into
+    ``**kwargs`` and run without it, so it is refused."""
+    from transformer_conformance.adapters.hf.families.base import cache_keyword
+
+    assert cache_keyword(lambda x, cache=None: x) == "cache"
+    assert cache_keyword(lambda x, past_key_values=None, **kw: x) == "past_key_values"
+    with pytest.raises(NotImplementedError, match="takes no cache argument"):
+        cache_keyword(lambda x, **kw: x)

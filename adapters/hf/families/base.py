@@ -148,8 +148,13 @@ class EagerCall(nn.Module):
 
 def cache_keyword(fn: Callable[..., Any]) -> str:
     """The name ``fn`` takes its cache by: ``cache`` in later 5.x releases (a module's forward, masking_utils' mask
-    functions), ``past_key_values`` before (5.13, say)."""
-    return "cache" if "cache" in inspect.signature(fn).parameters else "past_key_values"
+    functions), ``past_key_values`` before (5.13, say). A function that names neither would take the cache into
+    ``**kwargs`` and run without it (Llama 4's attention does): that is refused, not run."""
+    names = inspect.signature(fn).parameters
+    for name in ("cache", "past_key_values"):
+        if name in names:
+            return name
+    raise NotImplementedError(f"{getattr(fn, '__qualname__', fn)} takes no cache argument in this transformers release")
 
 
 def layer_mask(
