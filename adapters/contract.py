@@ -351,6 +351,10 @@ class Conventions:
     #: Means over valid tokens ("linear_cross_entropy", "z_loss_mean") that are 0 when every token is ignored,
     #: with zero gradients (Liger-Kernel's kernels); any other is NaN there, 0/0 (torch's F.cross_entropy).
     zero_when_all_ignored: frozenset[str] = frozenset()
+    #: Operations ("op" or "op.vjp") whose repeated identical calls may differ in the last bits (atomics, a
+    #: reduction order chosen at run time): each answer is still held to the oracle's budget, not to bit-identity
+    #: with the last (conformance/checks/test_integrity.py).
+    nondeterministic: frozenset[str] = frozenset()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary for reports."""
@@ -372,6 +376,7 @@ class Conventions:
             "sliding_window": self.sliding_window,
             "aux_loss_fraction": self.aux_loss_fraction,
             "zero_when_all_ignored": sorted(self.zero_when_all_ignored),
+            "nondeterministic": sorted(self.nondeterministic),
         }
 
 

@@ -18,7 +18,7 @@ from hypothesis import target
 from transformer_conformance.adapters.contract import OPS, Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
-from transformer_conformance.conformance.harness import autocast, lint, reach, repro, watchdog
+from transformer_conformance.conformance.harness import autocast, integrity, lint, reach, repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -175,7 +175,13 @@ def compare(
         bad_nonfinite = np.isnan(g) | ((g == np.inf) & ~up) | ((g == -np.inf) & ~down)
         if bad_nonfinite.any():
             i = _index(bad_nonfinite)
-            raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g} [{call}]")
+            never = (
+                f" (all bits set: the poison the harness fills freed memory with — memory the candidate returned "
+                f"without writing it, {int(np.isnan(g).sum())} of {g.size} elements NaN)"
+                if integrity.poisoned(got, i)
+                else ""
+            )
+            raise CheckFailure(f"{what}: got {g[i]} at {i}, should be {exp[i]:.6g} ± {allowed[i]:.3g}{never} [{call}]")
     err = g - exp
     err = np.abs(err, out=_scratch(err))
     if overflows:
@@ -251,6 +257,9 @@ def call_op(
     buffer) fails unless the adapter declares ``op.vjp`` in-place; either way the caller's array holds the
     cotangent it passed again afterwards."""
     copies = {k: v.copy() for k, v in inputs.items()}
+    key = f"{adapter.name}.{op}{'.vjp' if cotangent else ''}"
+    integrity.poison(copies)
+    before = integrity.threads()
     if not cotangent:
         out = _invoke(call, adapter.forward, op, copies, params)
     else:
@@ -274,7 +283,33 @@ def call_op(
         for k, v in copies.items():
             if not np.array_equal(v, inputs[k], equal_nan=True):
                 raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
+    _hold_to_the_rules(adapter, op, key, call, out, copies, cotangent[0] if cotangent else None, before)
     return out
+
+
+def _hold_to_the_rules(
+    adapter: Adapter,
+    op: str,
+    key: str,
+    call: str,
+    out: Any,
+    copies: Mapping[str, np.ndarray],
+    cot: np.ndarray | None,
+    before: set[Any],
+) -> None:
+    """The answer is plain, fresh and settled (harness/integrity.py): a candidate that passes without computing
+    fails here, whatever its values."""
+    try:
+        for what, a in integrity.arrays(out):
+            integrity.plain(a, what, call)
+        integrity.settle(out, before, call)
+        integrity.check_kept(key, call)
+        declared = adapter.conventions.in_place_ops
+        in_place = op in declared or (cot is not None and f"{op}.vjp" in declared)
+        integrity.check_aliasing(key, call, out, copies, cot, in_place)
+    except integrity.Violation as v:
+        raise CheckFailure(str(v)) from None
+    integrity.remember(key, call, out)
 
 
 def _own(value: Any, buffer: np.ndarray) -> Any:
@@ -343,9 +378,9 @@ def check_vjp(
     dtype: Format,
     record: Record,
     along: Mapping[str, Along] | None = None,
-) -> None:
-    """Every gradient the candidate returns agrees with the oracle's VJP within its budget. ``along``: for
-    the gradients it names, also keep the worst error per bucket of that coordinate."""
+) -> dict[str, np.ndarray]:
+    """Every gradient the candidate returns agrees with the oracle's VJP within its budget; returns them.
+    ``along``: for the gradients it names, also keep the worst error per bucket of that coordinate."""
     call = describe_call(adapter, op, case.inputs, case.params, kind="vjp")
     values = case.values()
     g = cot.astype(np.float64)
@@ -381,3 +416,4 @@ def check_vjp(
         calls = [repro.call("vjp", case.inputs, case.params, expected, got, cot)]
         repro.store(record, op, autocast.label(dtype), calls, failure=failure)
         raise
+    return grads

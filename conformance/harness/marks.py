@@ -24,6 +24,7 @@ BEHAVIOURS = (
     "chunked_attention",
     "cross_entropy",
     "cross_entropy_mean",
+    "integrity",
     "layer_norm",
     "learned",
     "linear_cross_entropy",
