@@ -14,7 +14,10 @@ mutant's name with ``-`` spelled ``_``). ``mutants/run.py`` runs the suite again
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +77,7 @@ BEHAVIOURS: dict[str, str] = {
     "blocks": "test_blocks.py",
     "learned": "test_positions.py",
     "alibi": "test_positions.py",
+    "integrity": "test_integrity.py",
 }
 
 F32_EPS = float(torch.finfo(torch.float32).eps)  # what the torch adapter declares for F.rms_norm(eps=None)
@@ -330,6 +334,59 @@ def rms_square_sum_matmul_autocast(a: MutantAdapter) -> None:
 )
 def rms_block_path_weight_grad_input_dtype(a: MutantAdapter) -> None:
     a.impl["rms_norm"] = lambda x, weight, eps=None: RmsNormBlockPathWeightGrad.apply(x, weight, _eps(eps, F32_EPS))
+
+
+# ----------------------------------------------------------------------------- answers that are not computed
+# Right in every value when compared, delivered in a way a candidate tuned against a weak check might: these
+# fail the rules every call is held to (conformance/harness/integrity.py) or the integrity checks.
+
+
+@mutant("rms_norm", "rms_norm/forward", "one output buffer per shape, kept and overwritten by every forward call")
+def rms_output_buffer_kept(a: MutantAdapter) -> None:
+    buffers: dict[tuple[tuple[int, ...], torch.dtype], T] = {}
+
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        out = _rms(x, weight, _eps(eps, F32_EPS))
+        if out.requires_grad:  # the backward's graph is left alone
+            return out
+        buf = buffers.setdefault((tuple(out.shape), out.dtype), torch.empty_like(out))
+        return buf.copy_(out)
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant("rms_norm", "rms_norm/forward", "returns zeros; a thread it leaves running writes the answer 20 ms later")
+def rms_finished_by_thread(a: MutantAdapter) -> None:
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        out = _rms(x, weight, _eps(eps, F32_EPS))
+        late = torch.zeros_like(out)
+
+        def finish() -> None:
+            time.sleep(0.02)
+            late.copy_(out)
+
+        threading.Thread(target=finish, name="rms-norm-epilogue").start()
+        return late
+
+    a.impl["rms_norm"] = rms_norm
+
+
+@mutant(
+    "integrity",
+    "integrity/rms_norm",
+    "the sum of squares over the features rotated by one more place at every call (a reduction order picked at "
+    "run time): within float32's budget each time, not the same bits twice",
+)
+def rms_reduction_order_per_call(a: MutantAdapter) -> None:
+    calls = itertools.count()
+
+    def rms_norm(x: T, weight: T, eps: float | None = None) -> T:
+        xf = x.float()
+        start = next(calls) % x.shape[-1] if x.shape[-1] else 0
+        ms = torch.roll(xf, start, -1).pow(2).sum(-1, keepdim=True) / x.shape[-1]
+        return (xf * torch.rsqrt(ms + _eps(eps, F32_EPS)) * weight.float()).to(x.dtype)
+
+    a.impl["rms_norm"] = rms_norm
 
 
 # -------------------------------------------------------------------------------------------- layer_norm

@@ -65,13 +65,13 @@ def test_fresh_answer_alone_passes() -> None:
     integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, None, in_place=False)
     integrity.remember("t.op", "t.op(x)", out)
     integrity.check_kept("t.op", "t.op(x)")
-    with pytest.raises(integrity.Violation, match="earlier call returned"):
+    with pytest.raises(integrity.Violation, match="the answer of the previous call"):
         integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, None, in_place=False)
     with pytest.raises(integrity.Violation, match="shares memory with its input x"):
         integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, None, in_place=False)
     integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, None, in_place=True)
     out[0, 0] = 7
-    with pytest.raises(integrity.Violation, match="changed afterwards"):
+    with pytest.raises(integrity.Violation, match="changed afterwards, while its caller held it"):
         integrity.check_kept("t.op", "t.op(x)")
 
 
@@ -93,10 +93,11 @@ def test_threads_left_running_are_waited_for() -> None:
         integrity.settle(out, before, "t.op()")
 
 
-def test_answers_held_weakly() -> None:
-    """The module keeps weak references only: an answer nobody holds is not kept alive by the harness."""
-    out = np.arange(4.0)
-    integrity.remember("t.weak", "t.weak()", out)
-    del out
-    integrity.check_kept("t.weak", "t.weak()")
-    assert all(r.ref() is None for r in integrity._LATEST["t.weak"])
+def test_previous_answer_held_until_the_next_call() -> None:
+    """The harness holds the previous answer of each operation (so its memory cannot be handed out again), and
+    only that one: the next call's answer replaces it."""
+    first, second = np.arange(4.0), np.arange(4.0)
+    integrity.remember("t.held", "t.held()", first)
+    assert integrity._LATEST["t.held"][0].array is first
+    integrity.remember("t.held", "t.held()", second)
+    assert [r.array for r in integrity._LATEST["t.held"]] == [second]

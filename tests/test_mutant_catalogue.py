@@ -12,6 +12,7 @@ from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.adapters.registry import load_adapter
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ffn_hidden_dim
+from transformer_conformance.conformance.checks import test_integrity as integrity_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +24,8 @@ def _check_ids() -> dict[str, str]:
         text = path.read_text()
         for m in re.finditer(r'check\(\s*"([\w/-]+)",\s*"(\w+)"', text):
             ids[m.group(1)] = m.group(2)
+    # the integrity checks are made per operation (conformance/checks/test_integrity.py)
+    ids |= {f"integrity/{op}{g}": "integrity" for op in integrity_checks.CASES for g in ("", "-gradient")}
     return ids
 
 

@@ -10,8 +10,9 @@ more than one call to see (the rules every call is held to are in conformance/ha
 * new values of the same shapes give the new answer, not the last one (an answer cached by shape or by the
   address of a buffer the allocator handed out again).
 
-One check per operation, forward and backward, each call also held to the oracle (seed-000 §Purpose: the blocks
-compute what the architecture specifies — on the inputs they are given).
+One check per operation, forward and backward, each call also held to the oracle. What they enforce is a rule of
+the contract rather than a seed statement: each seed formula, computed from the inputs of the call
+(docs/adapter-contract.md, "Arrays"; docs/gating.md, "Answers that must be computed").
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.formats import Format
 
-CITE = "seed-000 §Purpose: each block computes what the architecture specifies, from the inputs it is given"
+CITE = (
+    "seed-000, seed-002, seed-004: each formula, computed from the inputs of the call, every call "
+    "(the contract's rule: docs/adapter-contract.md §Arrays)"
+)
 #: Seconds between an answer and its re-reading: a thread finishing the work late has had the time to.
 PAUSE = 0.05
 #: Examples per operation and dtype: each is three calls of the candidate, and the rules are about the calls, not

@@ -309,7 +309,8 @@ def _hold_to_the_rules(
         integrity.check_aliasing(key, call, out, copies, cot, in_place)
     except integrity.Violation as v:
         raise CheckFailure(str(v)) from None
-    integrity.remember(key, call, out)
+    finally:  # a failed call's answer is the one the next call is held against, not an older one
+        integrity.remember(key, call, out)
 
 
 def _own(value: Any, buffer: np.ndarray) -> Any:

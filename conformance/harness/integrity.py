@@ -8,11 +8,11 @@ applies these rules to every call of every check (docs/gating.md, "Answers that 
 
 * **plain** — every array returned is a ``numpy.ndarray`` itself, not a subclass (:func:`plain`);
 * **fresh** — no array returned shares memory with an input it was handed (unless the operation is declared
-  in-place), with the cotangent, with another array of the same answer, or with an array an earlier call of the
-  operation returned that is still alive: the candidate kept it;
+  in-place), with the cotangent, with another array of the same answer, or with the answer of the operation's
+  previous call, which the harness still holds (as a caller may): memory the candidate kept and handed out again;
 * **settled** — a Python thread the call started and left running is waited for (up to ``SETTLE`` seconds), and
-  the answer must not change meanwhile; an array an earlier call returned and the candidate kept must not change
-  either (checked at the next call of the operation);
+  the answer must not change meanwhile; nor may the previous call's answer, held by the harness, change during
+  the next call of the operation;
 * **poisoned** — before each call, blocks the size of each input are filled with ``POISON`` bytes and freed, so
   that memory the candidate returns unwritten holds NaN, not an earlier answer, wherever the allocator hands
   those blocks on. A NaN with that bit pattern in an answer is named as such.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -49,10 +48,11 @@ class Violation(Exception):
 
 @dataclass
 class _Returned:
-    """An array a call returned: a weak reference (alive only while someone, the candidate included, holds it),
-    its checksum when it was returned, and the call."""
+    """An array a call returned, its checksum when it was returned, and the call. The harness holds the array
+    until the next call of the operation, as a caller holding an answer does: its memory cannot have been freed
+    and handed out again, so an answer sharing it is memory the candidate kept."""
 
-    ref: weakref.ref[np.ndarray]
+    array: np.ndarray
     crc: int
     call: str
 
@@ -122,11 +122,11 @@ def check_aliasing(
         if cotangent is not None and np.shares_memory(a, cotangent):
             raise Violation(f"{what} shares memory with the cotangent it was handed [{call}]")
         for earlier in _LATEST.get(key, ()):
-            kept = earlier.ref()
-            if kept is not None and kept.size and np.shares_memory(a, kept):
+            if earlier.array.size and np.shares_memory(a, earlier.array):
                 raise Violation(
-                    f"{what} shares memory with an array an earlier call returned, which the candidate kept: "
-                    f"each call must return a fresh array [this call: {call}; the earlier: {earlier.call}]"
+                    f"{what} shares memory with the answer of the previous call, still held by its caller: the "
+                    f"candidate kept that memory and handed it out again; each call must return a fresh array "
+                    f"[this call: {call}; the previous: {earlier.call}]"
                 )
     for i, (what, a) in enumerate(got):
         for other, b in got[i + 1 :]:
@@ -135,13 +135,12 @@ def check_aliasing(
 
 
 def check_kept(key: str, call: str) -> None:
-    """An array the latest call of ``key`` returned that is still alive (someone kept it) must be unchanged."""
+    """The answer of the previous call of ``key``, held since, must be unchanged."""
     for earlier in _LATEST.get(key, ()):
-        kept = earlier.ref()
-        if kept is not None and checksum(kept) != earlier.crc:
+        if checksum(earlier.array) != earlier.crc:
             raise Violation(
-                "an array an earlier call returned changed afterwards: the candidate kept it and wrote into it "
-                f"again [the earlier call: {earlier.call}; changed during: {call}]"
+                "the answer of the previous call changed afterwards, while its caller held it: the candidate kept "
+                f"its memory and wrote into it again [the previous call: {earlier.call}; changed during: {call}]"
             )
 
 
@@ -165,11 +164,5 @@ def settle(out: Any, before: set[threading.Thread], call: str) -> None:
 
 
 def remember(key: str, call: str, out: Any) -> None:
-    """Keep a weak reference and a checksum of each array of the answer (for the next call of ``key``)."""
-    kept: list[_Returned] = []
-    for _, a in arrays(out):
-        try:
-            kept.append(_Returned(weakref.ref(a), checksum(a), call))
-        except TypeError:  # an object that takes no weak reference: nothing to watch
-            continue
-    _LATEST[key] = kept
+    """Hold each array of the answer, with its checksum, until the next call of ``key``."""
+    _LATEST[key] = [_Returned(a, checksum(a), call) for _, a in arrays(out)]
