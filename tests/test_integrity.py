@@ -62,14 +62,14 @@ def test_fresh_answer_alone_passes() -> None:
     """A fresh, plain, settled answer passes every rule; the same array returned again does not."""
     x = np.ones((2, 3), np.float32)
     out = x * 2
-    integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, None, in_place=False)
+    integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, in_place=False)
     integrity.remember("t.op", "t.op(x)", out)
     integrity.check_kept("t.op", "t.op(x)")
     with pytest.raises(integrity.Violation, match="the answer of the previous call"):
-        integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, None, in_place=False)
+        integrity.check_aliasing("t.op", "t.op(x)", out, {"x": x}, in_place=False)
     with pytest.raises(integrity.Violation, match="shares memory with its input x"):
-        integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, None, in_place=False)
-    integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, None, in_place=True)
+        integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, in_place=False)
+    integrity.check_aliasing("t.other", "t.other(x)", x[:1], {"x": x}, in_place=True)
     out[0, 0] = 7
     with pytest.raises(integrity.Violation, match="changed afterwards, while its caller held it"):
         integrity.check_kept("t.op", "t.op(x)")

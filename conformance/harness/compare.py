@@ -270,12 +270,13 @@ def call_op(
         except CheckFailure:
             _restore(cot, kept)
             raise
+        # the gradients it returned may be that very buffer (an in-place backward returns ∂L/∂x in ∂L/∂y's
+        # memory, a pass-through gradient may be the cotangent itself): keep them as returned, in memory of
+        # their own, then give the caller back the cotangent it drew
+        if isinstance(out, Mapping):
+            out = {k: _own(v, cot) for k, v in out.items()}
         if not np.array_equal(cot, kept, equal_nan=True):
             wrote = cot.copy()
-            # the gradients it returned may be that very buffer (an in-place backward returns ∂L/∂x in ∂L/∂y's
-            # memory): keep them as returned, then give the caller back the cotangent it drew
-            if isinstance(out, Mapping):
-                out = {k: _own(v, cot) for k, v in out.items()}
             _restore(cot, kept)
             if f"{op}.vjp" not in adapter.conventions.in_place_ops:
                 _unwritten(wrote, kept, op, call)
@@ -283,7 +284,7 @@ def call_op(
         for k, v in copies.items():
             if not np.array_equal(v, inputs[k], equal_nan=True):
                 raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
-    _hold_to_the_rules(adapter, op, key, call, out, copies, cotangent[0] if cotangent else None, before)
+    _hold_to_the_rules(adapter, op, key, call, out, copies, before, grad=bool(cotangent))
     return out
 
 
@@ -294,8 +295,8 @@ def _hold_to_the_rules(
     call: str,
     out: Any,
     copies: Mapping[str, np.ndarray],
-    cot: np.ndarray | None,
     before: set[Any],
+    grad: bool,
 ) -> None:
     """The answer is plain, fresh and settled (harness/integrity.py): a candidate that passes without computing
     fails here, whatever its values."""
@@ -305,8 +306,8 @@ def _hold_to_the_rules(
         integrity.settle(out, before, call)
         integrity.check_kept(key, call)
         declared = adapter.conventions.in_place_ops
-        in_place = op in declared or (cot is not None and f"{op}.vjp" in declared)
-        integrity.check_aliasing(key, call, out, copies, cot, in_place)
+        in_place = op in declared or (grad and f"{op}.vjp" in declared)
+        integrity.check_aliasing(key, call, out, copies, in_place)
     except integrity.Violation as v:
         raise CheckFailure(str(v)) from None
     finally:  # a failed call's answer is the one the next call is held against, not an older one

@@ -8,7 +8,7 @@ applies these rules to every call of every check (docs/gating.md, "Answers that 
 
 * **plain** — every array returned is a ``numpy.ndarray`` itself, not a subclass (:func:`plain`);
 * **fresh** — no array returned shares memory with an input it was handed (unless the operation is declared
-  in-place), with the cotangent, with another array of the same answer, or with the answer of the operation's
+  in-place), with another array of the same answer, or with the answer of the operation's
   previous call, which the harness still holds (as a caller may): memory the candidate kept and handed out again;
 * **settled** — a Python thread the call started and left running is waited for (up to ``SETTLE`` seconds), and
   the answer must not change meanwhile; nor may the previous call's answer, held by the harness, change during
@@ -104,9 +104,7 @@ def threads() -> set[threading.Thread]:
     return set(threading.enumerate())
 
 
-def check_aliasing(
-    key: str, call: str, out: Any, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray | None, in_place: bool
-) -> None:
+def check_aliasing(key: str, call: str, out: Any, inputs: Mapping[str, np.ndarray], in_place: bool) -> None:
     """The fresh rule (see the module's docstring)."""
     got = list(arrays(out))
     for what, a in got:
@@ -119,8 +117,6 @@ def check_aliasing(
                         f"{what} shares memory with its input {name}: an answer must be a fresh array, not a view "
                         f"of what it was handed [{call}]"
                     )
-        if cotangent is not None and np.shares_memory(a, cotangent):
-            raise Violation(f"{what} shares memory with the cotangent it was handed [{call}]")
         for earlier in _LATEST.get(key, ()):
             if earlier.array.size and np.shares_memory(a, earlier.array):
                 raise Violation(
