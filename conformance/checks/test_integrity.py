@@ -128,12 +128,6 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
 Answers = dict[str, np.ndarray]
 
 
-def _answers(out: np.ndarray | Mapping[str, np.ndarray] | None) -> Answers:
-    if out is None:
-        return {}
-    return {"output": out} if isinstance(out, np.ndarray) else {f"∂L/∂{k}": v for k, v in out.items()}
-
-
 def _unchanged(name: str, now: Answers, kept: Answers, after: str) -> None:
     for what, was in kept.items():
         if not np.array_equal(now[what], was, equal_nan=True):
