@@ -196,7 +196,9 @@ def _not_cached(
     now: Answers,
 ) -> None:
     """The answer for new values of the same shapes is not the earlier answer, bit for bit, where no correct
-    candidate's could be: where the oracle's two answers lie further apart than their two budgets together."""
+    candidate's could be: where the earlier answer held to its budget and the oracle's two answers lie further
+    apart than their two budgets together. An answer wrong for both values (a gradient left at zero) is a
+    disagreement the agreement checks report, not a cache."""
     want, allowed = _exact(adapter, op, case, cot, dtype)
     want_new, allowed_new = _exact(adapter, op, other, cot, dtype)
     call = describe_call(adapter, op, other.inputs, other.params, "vjp" if cot is not None else "")
@@ -205,7 +207,8 @@ def _not_cached(
             continue
         # a finite answer only: NaN for NaN is a disagreement the agreement checks report, not a cache
         finite = np.isfinite(np.asarray(now[what], np.float64))
-        apart = finite & (np.abs(want_new[what] - want[what]) > allowed[what] + allowed_new[what])
+        held = np.abs(np.asarray(was, np.float64) - want[what]) <= allowed[what]
+        apart = finite & held & (np.abs(want_new[what] - want[what]) > allowed[what] + allowed_new[what])
         if apart.any():
             i = tuple(int(j) for j in np.argwhere(apart)[0]) if apart.ndim else ()
             raise CheckFailure(
