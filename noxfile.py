@@ -123,8 +123,9 @@ def conformance(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests: oracle vs finite differences, planted defects caught, report and CLI, the layout;
     the liger adapters and the Triton interpreter bridges, the onnxruntime adapters and the converter path, the
-    mlx adapter (mlx[cpu]: about 40 MB installed, its tests under a minute)."""
-    install(session, "torch", "liger", "onnxruntime-export", "mlx", "dev")
+    mlx adapter (mlx[cpu]: about 40 MB installed, its tests under a minute); the performance report's verification
+    of what its timed calls delivered (pytest-benchmark)."""
+    install(session, "torch", "liger", "onnxruntime-export", "mlx", "bench", "dev")
     args = list(session.posargs)
     if not _has_n(args):
         # loadgroup: tests sharing a module-scoped conformance run stay on one worker

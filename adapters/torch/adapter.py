@@ -232,11 +232,17 @@ class TorchAdapter:
         return backward_grads(op, inputs, out, tensors, cotangent, self.device)
 
     def native(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool = False
+        self,
+        op: str,
+        inputs: Mapping[str, np.ndarray],
+        params: Mapping[str, Any],
+        grad: bool = False,
+        cotangent: np.ndarray | None = None,
     ) -> Callable[[], Any]:
         """Optional benchmark hook (docs/adapter-contract.md): a closure that runs ``op`` on tensors made
-        once, here, from ``inputs`` — and with ``grad`` its backward too, for a fixed random cotangent,
-        returning the gradients of the floating inputs. Raises KeyError for an operation it lacks."""
+        once, here, from ``inputs`` — and with ``grad`` its backward too, for the ``cotangent`` given (a fixed
+        random one if none is), returning the gradients of the floating inputs. Raises KeyError for an
+        operation it lacks."""
         fn = self.impl[op]
         tensors = {k: to_torch(v, self.device) for k, v in inputs.items()}
         if not grad:
@@ -247,9 +253,11 @@ class TorchAdapter:
 
             return run_forward
         leaves = [t.requires_grad_(True) for t in tensors.values() if t.is_floating_point()]
-        cotangent = torch.randn_like(fn(**tensors, **params).detach())  # (also compiles the graph timed below)
+        out = fn(**tensors, **params).detach()  # (also compiles the graph timed below)
+        g = torch.randn_like(out) if cotangent is None else to_torch(cotangent, self.device).to(out.dtype)
+        del out
 
         def run_forward_backward() -> tuple[torch.Tensor, ...]:
-            return torch.autograd.grad(fn(**tensors, **params), leaves, cotangent)
+            return torch.autograd.grad(fn(**tensors, **params), leaves, g)
 
         return run_forward_backward

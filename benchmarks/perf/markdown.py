@@ -207,6 +207,24 @@ def _adapter(a: Mapping[str, Any]) -> str:
     return f"`{a['name']}` (" + ", ".join(f"{k} {v}" for k, v in a["environment"].items()) + ")"
 
 
+def _verified(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How far the timed answers were verified (benchmarks/perf/verify.py); a case that failed is not a result."""
+    if not results:
+        return []
+    full = sum(1 for r in results if r.get("verified") == "values and delivery")
+    why: dict[str, int] = defaultdict(int)
+    for r in results:
+        v = str(r.get("verified") or "not verified: a run of an older version")
+        if v != "values and delivery":
+            why[v.removeprefix("delivery only: ")] += 1
+    line = (
+        f"The answer of each case's last timed call was verified as the timer stopped: {full} of {len(results)} "
+        "held to the oracle within the conformance checks' budget and for delivery (settled, fresh)"
+    )
+    rest = "; ".join(f"{n} for delivery only ({reason})" for reason, n in sorted(why.items()))
+    return [line + (f"; {rest}." if rest else "."), ""]
+
+
 def render(run: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     results = run["results"]
     adapters = adapters_of(results)
@@ -232,6 +250,7 @@ def render(run: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         "Results are benchmarks, never part of a conformance verdict.",
         "",
     ]
+    lines += _verified(results)
     lines += _ceilings(run)
     if results:
         lines += ["", *_headline(results, adapters, run["mode"] == "quick")]

@@ -20,6 +20,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import numpy as np
 import pytest
 
 from benchmarks.perf import ceilings as ceil
+from benchmarks.perf import verify
 from benchmarks.perf.accounting import OPS, BenchOp, pass_name
 from benchmarks.perf.compare import MIN_RELATIVE, compare
 from benchmarks.perf.inputs import make_inputs
@@ -243,9 +245,10 @@ class PerfRun:
             }
         )
 
-    def _time(self, fn: Callable[[], Any], benchmark: Any) -> list[float] | None:
+    def _time(self, fn: Callable[[], Any], benchmark: Any) -> tuple[list[float] | None, Any, set[threading.Thread]]:
         """Samples (seconds) of ``fn`` after warm-up, through pytest-benchmark's pedantic mode: CUDA events
-        with the L2 cache flushed for torch on a GPU, the process clock (waiting for the result) otherwise."""
+        with the L2 cache flushed for torch on a GPU, the process clock (waiting for the result) otherwise. With
+        them, the answer of the last timed round and the threads alive before the timed rounds began."""
         first = fn()
         wait(first)
         events = self.cuda and _is_torch(first)
@@ -258,7 +261,8 @@ class PerfRun:
             warm = sampler.sample(fn, self.warmup - 1)
             rounds = rounds_for(statistics.median(warm), self.max_time, self.min_rounds, self.max_rounds)
             sampler.samples = []
-            benchmark.pedantic(sampler.timed(fn), setup=sampler.flush, rounds=rounds, iterations=1)
+            before = verify.threads()
+            last = benchmark.pedantic(sampler.timed(fn), setup=sampler.flush, rounds=rounds, iterations=1)
             samples = list(sampler.samples)
         else:
             warm = cpu_sample(fn, self.warmup - 1)
@@ -271,9 +275,10 @@ class PerfRun:
                     cuda.flush()
                     wait(None)
 
-            benchmark.pedantic(lambda: wait(fn()), setup=setup, rounds=rounds, iterations=1)
+            before = verify.threads()
+            last = benchmark.pedantic(lambda: wait(fn()), setup=setup, rounds=rounds, iterations=1)
             samples = list(benchmark.stats.stats.data) if benchmark.stats is not None else []
-        return None if benchmark.disabled or not samples else samples
+        return (None if benchmark.disabled or not samples else samples), last, before
 
     def measure(self, case: Case, benchmark: Any) -> None:
         if self.budget is not None and time.time() - self.started > self.budget:
@@ -288,12 +293,22 @@ class PerfRun:
         matmul_rate = self.ceiling("matmul", case.dtype)
         inputs = self.inputs(op, case.dims, case.dtype)
         native = getattr(adapter, "native")  # noqa: B009 - optional hook, checked when the adapter was loaded
+        cotangent = (
+            verify.cotangent_for(op, case.dims, case.dtype) if case.grad and verify.takes_cotangent(native) else None
+        )
         try:
-            fn = native(op.name, inputs, dict(op.params), case.grad)
+            if cotangent is None:
+                fn = native(op.name, inputs, dict(op.params), case.grad)
+            else:
+                fn = native(op.name, inputs, dict(op.params), case.grad, cotangent=cotangent)
         except (KeyError, NotImplementedError) as exc:
             self.skip(case, f"unsupported: native() does not provide {op.name} ({type(exc).__name__}: {exc})")
         try:
-            samples = self._time(fn, benchmark)
+            samples, last, before = self._time(fn, benchmark)
+            verified = self._verify(adapter, case, inputs, cotangent, fn, last, before)
+        except verify.Rejected as exc:
+            self._not_run(case, f"rejected: {exc}")
+            pytest.fail(f"rejected, not a measurement: {exc}", pytrace=False)
         except Exception as exc:
             self._not_run(case, f"failed: {type(exc).__name__}: {exc}")
             raise
@@ -304,10 +319,34 @@ class PerfRun:
         result = make_result(
             op, case.dims, case.dtype, case.grad, case.adapter, self.device, Stats.of(samples), copy_rate, matmul_rate
         )
+        result["verified"] = verified
         self.results.append(result)
         benchmark.extra_info.update(
             {k: result[k] for k in ("op", "size", "dtype", "pass", "bytes", "flops", "ceiling", "fraction")}
         )
+
+    def _verify(
+        self,
+        adapter: Adapter,
+        case: Case,
+        inputs: dict[str, np.ndarray],
+        cotangent: np.ndarray | None,
+        fn: Callable[[], Any],
+        last: Any,
+        before: set[threading.Thread],
+    ) -> str:
+        """Hold the last timed round's answer to the rules of benchmarks/perf/verify.py; what was verified."""
+        op = OPS[case.op]
+        call = verify.describe(adapter, op, inputs, case.grad)
+        got = verify.check_delivery(fn, last, before, call)
+        note = verify.oracle_note(op, inputs, case.dims, case.grad)
+        if not note and case.grad and cotangent is None:
+            note = "its native() hook takes no cotangent, so its gradients cannot be compared"
+        if note:
+            return f"delivery only: {note}"
+        names = verify.names(op, inputs, case.grad)
+        verify.check_values(adapter, op, inputs, dict(op.params), case.dtype, cotangent, got, names, call)
+        return "values and delivery"
 
     # -- the report ----------------------------------------------------------------------------------
 

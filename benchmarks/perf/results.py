@@ -106,6 +106,7 @@ CSV_COLUMNS = (
     "ceiling",
     "fraction",
     "vs_torch",
+    "verified",
 )
 
 
@@ -143,6 +144,7 @@ def to_csv(results: Iterable[Mapping[str, Any]]) -> str:
                 r["ceiling"],
                 _num(r["fraction"]),
                 _num(r.get("vs_torch")),
+                r.get("verified", ""),
             ]
         )
     return buf.getvalue()

@@ -52,14 +52,15 @@ class Stats:
         return asdict(self)
 
 
-def wait(result: Any) -> None:
-    """Return once the work that produced ``result`` has finished (CUDA synchronised, JAX arrays ready)."""
+def wait(result: Any) -> Any:
+    """``result``, once the work that produced it has finished (CUDA synchronised, JAX arrays ready)."""
     jax = sys.modules.get("jax")
     if jax is not None:
         jax.block_until_ready(result)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+    return result
 
 
 def rounds_for(estimate_s: float, max_time_s: float, min_rounds: int, max_rounds: int) -> int:
