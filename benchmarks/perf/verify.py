@@ -35,6 +35,7 @@ from benchmarks.perf.timing import wait
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import allowed_error
+from transformer_conformance.conformance.harness.integrity import threads
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.formats import FORMATS
 
@@ -49,10 +50,6 @@ ORACLE_FLOPS = 2**32
 
 class Rejected(Exception):
     """The timed calls did not deliver their answer; the message says how."""
-
-
-def threads() -> set[threading.Thread]:
-    return set(threading.enumerate())
 
 
 def _items(result: Any) -> list[Any]:
