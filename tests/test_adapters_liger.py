@@ -20,8 +20,6 @@ from transformer_conformance.conformance.harness.compare import CheckFailure, Re
 from transformer_conformance.conformance.strategies.common import Case, fill
 from transformer_conformance.reference.formats import fmt
 
-pytestmark = pytest.mark.xdist_group("triton")  # one worker imports Triton (and Liger) once
-
 
 def _record(op: str) -> Record:
     return Record(op, op, "", "")

@@ -12,8 +12,6 @@ from transformer_conformance.adapters.contract import CHOICES, Capability, Contr
 from transformer_conformance.reports import schema
 from transformer_conformance.reports.markdown import render_markdown
 
-pytestmark = pytest.mark.xdist_group("choices")
-
 
 def test_declared_keeps_the_contract_order() -> None:
     cap = Capability(values={"scaling.type": frozenset({"yarn", "linear"})})

@@ -14,8 +14,6 @@ from tests.conformance_run import Run, run_suite
 from tests.gaming import CAUGHT, LastBitNoiseDeclared
 from transformer_conformance.conformance.harness import integrity
 
-pytestmark = pytest.mark.xdist_group("gaming")
-
 
 @pytest.fixture(scope="module")
 def gaming_run(tmp_path_factory: pytest.TempPathFactory) -> Run:

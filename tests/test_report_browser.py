@@ -80,7 +80,6 @@ def test_dashboard_renders(defect_run: Run, builtin_run: Run, tmp_path: Path) ->
     _screenshot(tmp_path / "site" / "index.html", tmp_path, "dashboard.png")
 
 
-@pytest.mark.xdist_group("plots")
 def test_plots_render(precision_run: Run, tmp_path: Path) -> None:
     """The precision plots and the performance section are SVG in the browser's DOM, within the first 4000
     pixels of the page (the screenshot shows them); the perf adapter's markup stays text."""

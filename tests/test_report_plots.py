@@ -23,8 +23,6 @@ from transformer_conformance.reports.dashboard import build_site, load
 from transformer_conformance.reports.html_report import render_html
 from transformer_conformance.reports.schema import validate
 
-pytestmark = pytest.mark.xdist_group("plots")
-
 
 def _html(run: Run) -> str:
     return (run.report_dir / "report.html").read_text(encoding="utf-8")

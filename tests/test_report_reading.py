@@ -18,8 +18,6 @@ from transformer_conformance.reports.html_report import render_html
 from transformer_conformance.reports.markdown import render_markdown
 from transformer_conformance.reports.writer import step_summary
 
-pytestmark = pytest.mark.xdist_group("report-reading")
-
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:

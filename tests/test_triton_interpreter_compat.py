@@ -26,8 +26,6 @@ from triton.runtime import interpreter  # noqa: E402
 
 from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("triton")  # with the liger adapter's tests: one worker imports Triton
-
 
 @pytest.fixture
 def interpret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
