@@ -1,8 +1,9 @@
-"""Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests),
-``lint`` (ruff and mypy), ``bench`` (the performance report: docs/performance.md), ``bench-conformance``
-(how long the CI-profile conformance run takes), ``report`` (merge report.json files into the static site
-under reports/site/), ``mutants`` (the suite against the catalogue of defective implementations: every one
-must be caught), ``wheel`` (the wheel built from the tree, installed beside AdapterHub's ``adapters``).
+"""Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests, less the
+slow ones), ``tests-slow`` (those), ``lint`` (ruff and mypy), ``bench`` (the performance report:
+docs/performance.md), ``bench-conformance`` (how long the CI-profile conformance run takes), ``report`` (merge
+report.json files into the static site under reports/site/), ``mutants`` (the suite against the catalogue of
+defective implementations: every one must be caught), ``wheel`` (the wheel built from the tree, installed beside
+AdapterHub's ``adapters``).
 
 Arguments after ``--`` go to pytest, so every conformance option works there:
 ``nox -s conformance -- --adapter torch --report-dir out/``.
@@ -119,18 +120,45 @@ def conformance(session: nox.Session) -> None:
     session.run("transformer-conformance", *args, env=_threads())
 
 
+#: The extras the project's tests need
+TEST_EXTRAS = ("torch", "liger", "onnxruntime-export", "mlx", "bench", "dev")
+#: The tests that take seconds to minutes each (tests marked ``slow``: whole conformance runs of the planted
+#: defects, a copy of the example repository, the CLI's subprocess runs, FlexAttention compiled): ``tests``
+#: leaves them out, ``tests-slow`` runs only them, and CI runs both.
+SLOW = "slow"
+
+
+def _has_m(args: list[str]) -> bool:
+    return any(a in ("-m", "--markexpr") or a.startswith(("-m", "--markexpr=")) for a in args)
+
+
+def _run_tests(session: nox.Session, marks: str) -> None:
+    install(session, *TEST_EXTRAS)
+    args = list(session.posargs)
+    if not _has_m(args):
+        args = ["-m", marks, *args]
+    if not _has_n(args):
+        # loadfile: a module's tests stay on one worker, so its module-scoped conformance runs run once
+        args = ["-n", "auto", "--dist", "loadfile", *args]
+    session.run("pytest", "tests", *args, env=_threads())
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The project's own tests: oracle vs finite differences, planted defects caught, report and CLI, the layout;
-    the liger adapters and the Triton interpreter bridges, the onnxruntime adapters and the converter path, the
-    mlx adapter (mlx[cpu]: about 40 MB installed, its tests under a minute); the performance report's verification
-    of what its timed calls delivered (pytest-benchmark)."""
-    install(session, "torch", "liger", "onnxruntime-export", "mlx", "bench", "dev")
-    args = list(session.posargs)
-    if not _has_n(args):
-        # loadgroup: tests sharing a module-scoped conformance run stay on one worker
-        args = ["-n", "auto", "--dist", "loadgroup", *args]
-    session.run("pytest", "tests", *args, env=_threads())
+    """The project's own tests, less the slow ones (``tests-slow``): oracle vs finite differences, budgets,
+    strategies, the harness's rules, report and CLI, the layout; the liger adapters and the Triton interpreter
+    bridges, the onnxruntime adapters and the converter path, the mlx adapter (mlx[cpu]: about 40 MB installed);
+    the performance report's verification of what its timed calls delivered (pytest-benchmark). ``-- -m ""``
+    runs every test."""
+    _run_tests(session, f"not {SLOW}")
+
+
+@nox.session(name="tests-slow", python=PYTHON)
+def tests_slow(session: nox.Session) -> None:
+    """The project's slow tests (marked ``slow``): each planted defect caught by a whole conformance run, the
+    example repository copied and run by its README, the CLI's runs of misbehaving and crashing candidates,
+    FlexAttention compiled for each operation and dtype."""
+    _run_tests(session, SLOW)
 
 
 #: AdapterHub's library, whose import name is ``adapters``: the same as this repository's adapters/ folder
@@ -305,10 +333,10 @@ def _scoreboard_names(args: list[str]) -> tuple[list[str], list[str]]:
 @nox.session(python=PYTHON)
 def scoreboard(session: nox.Session) -> None:
     """Every built-in adapter, one shard each in the environment its extra needs, then the merge: the site in
-    reports/scoreboard/site/ and the README's matrix. ``-- --adapter a,b`` runs some of them again (the merge takes
-every shard under reports/scoreboard/, each dated); other arguments go
-    to each run (``-- --hypothesis-profile=dev``). CI runs the shards on separate machines
-    (.github/workflows/scoreboard.yml): ``nox -s scoreboard-shard -- NAME``, then ``nox -s scoreboard-merge``."""
+    reports/scoreboard/site/ and the README's matrix. ``-- --adapter a,b`` runs some of them again (the merge
+    takes every shard under reports/scoreboard/, each dated); other arguments go to each run
+    (``-- --hypothesis-profile=dev``). CI runs the shards on separate machines (.github/workflows/scoreboard.yml):
+    ``nox -s scoreboard-shard -- NAME``, then ``nox -s scoreboard-merge``."""
     names, args = _scoreboard_names(list(session.posargs))
     for name in names:
         _shard(session, name, args)

@@ -47,6 +47,7 @@ def test_declarations(adapter: TorchFlexAdapter) -> None:
     assert compiled_flex() is compiled_flex()  # compiled once for the process
 
 
+@pytest.mark.slow  # FlexAttention compiled for each operation, dtype and soft-cap: over a minute on 2 cores
 def test_smoke(adapter: TorchFlexAdapter) -> None:
     """Each operation, dtype and soft-cap on one small example (GQA, 3 queries on 5 keys), against the oracle."""
     checked = []

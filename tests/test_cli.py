@@ -11,9 +11,6 @@ from tests.conformance_run import Run, run_suite
 from transformer_conformance.adapters.contract import DTYPES
 from transformer_conformance.adapters.registry import BUILTIN
 
-# the module-scoped run stays on one pytest-xdist worker (the tests session uses --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("cli")
-
 
 def _usage_error(tmp_path: Path, *args: str) -> str:
     run = run_suite(tmp_path, *args, "test_rmsnorm.py")
@@ -79,6 +76,7 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("adapter", "fragment"),
     [
@@ -97,6 +95,7 @@ def test_misbehaving_candidate_is_a_failed_check(faulty_run: Run, adapter: str, 
     assert failed[0]["counterexample"]
 
 
+@pytest.mark.slow
 def test_run_goes_on_after_misbehaviour(faulty_run: Run) -> None:
     """Other behaviours of the misbehaving candidates are still checked, and pass; the run exits 1."""
     assert faulty_run.returncode == 1
@@ -106,6 +105,7 @@ def test_run_goes_on_after_misbehaviour(faulty_run: Run) -> None:
         assert rope and all(c["status"] == "passed" for c in rope), rope
 
 
+@pytest.mark.slow
 def test_undeclared_is_unsupported_never_passed(faulty_run: Run) -> None:
     """What an adapter does not declare is reported unsupported; only what it declares can pass."""
     checks = faulty_run.checks(adapter="only-rms-float32")
@@ -121,6 +121,7 @@ def test_undeclared_is_unsupported_never_passed(faulty_run: Run) -> None:
     assert any("does not declare rms_norm in bfloat16" in c["message"] for c in unsupported)
 
 
+@pytest.mark.slow
 def test_report_files(faulty_run: Run) -> None:
     """report.json carries the schema, environment, adapters and per-check fields; report.md the matrix."""
     r = faulty_run.report
@@ -166,6 +167,7 @@ def test_hang_is_stopped_and_reported(tmp_path: Path) -> None:
     assert all(c["status"] == "passed" for c in run.checks(behaviour="rope"))
 
 
+@pytest.mark.slow
 def test_crash_is_isolated(tmp_path: Path) -> None:
     """A candidate that ends its process fails the check it was in; with -n the other checks still run."""
     run = run_suite(

@@ -284,7 +284,7 @@ def test_the_suite_comes_from_its_repository_until_the_release() -> None:
     assert suite in gating and f"transformer-conformance=={version}" in gating
 
 
-@pytest.mark.xdist_group("example-copy")
+@pytest.mark.slow
 def test_a_copy_runs_by_its_readme(tmp_path: Path) -> None:
     """The example copied out of this repository runs as its README says: ``nox -s conformance`` (with
     CONFORMANCE_SUITE naming this checkout, as the README says for a checkout), exit 0 and a report."""

@@ -12,9 +12,6 @@ from tests.conformance_run import Run, run_suite
 from transformer_conformance.conformance.runner import expectations
 from transformer_conformance.reports.schema import validate
 
-# the module-scoped runs stay on one pytest-xdist worker (the tests session uses --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("expectations")
-
 #: the planted z-loss defect (α·z for α·z²) breaks z_loss/value and z_loss/gradient; default-alpha passes (the
 #: size-regime checks, which it breaks too, are left out: these runs are about the expectation file)
 ZLOSS = ("--adapter=tests.planted:ZLossLinear", "test_losses.py", "--behaviour=z_loss", "--dtype=float32")
@@ -262,6 +259,7 @@ def test_match_not_found_is_a_new_failure(tmp_path: Path) -> None:
     assert ", failures matching got nan" in (run.report_dir / "report.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("match", "status"), [(None, "known_failure"), ("ended the process", "known_failure"), ("overflow", "failed")]
 )

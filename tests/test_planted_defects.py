@@ -9,8 +9,8 @@ import pytest
 from tests.conformance_run import Run, run_suite
 from tests.planted import BREAKS
 
-# both module-scoped runs stay on one pytest-xdist worker (the tests session uses --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("planted")
+# each planted defect's whole conformance run: minutes
+pytestmark = pytest.mark.slow
 
 
 def _dtype(cls: type) -> str:
