@@ -18,7 +18,7 @@ from hypothesis import target
 from transformer_conformance.adapters.contract import OPS, Adapter
 from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
-from transformer_conformance.conformance.harness import autocast, integrity, lint, reach, repro, watchdog
+from transformer_conformance.conformance.harness import autocast, headroom, integrity, lint, reach, repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
@@ -106,7 +106,7 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
         reach.note(args[0], args[1], args[2])  # what the examples reach (harness/reach.py): not part of the verdict
     try:
         with watchdog.watch(CALL_TIMEOUT, first_call=first), autocast.context(fn):
-            return fn(*args)
+            return headroom.call(fn, *args)  # room on the frame stack, whatever the harness's depth
     except CheckFailure:
         raise
     except watchdog.Hung as exc:
