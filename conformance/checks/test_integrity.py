@@ -198,12 +198,13 @@ def _not_cached(
     """The answer for new values of the same shapes is not the earlier answer, bit for bit, where no correct
     candidate's could be: where the earlier answer held to its budget and the oracle's two answers lie further
     apart than their two budgets together. An answer wrong for both values (a gradient left at zero) is a
-    disagreement the agreement checks report, not a cache."""
+    disagreement the agreement checks report, not a cache; so is zero everywhere, which a computation that
+    underflows or overflows to zero returns whatever its values (jax's float16 norm backward does)."""
     want, allowed = _exact(adapter, op, case, cot, dtype)
     want_new, allowed_new = _exact(adapter, op, other, cot, dtype)
     call = describe_call(adapter, op, other.inputs, other.params, "vjp" if cot is not None else "")
     for what, was in earlier.items():
-        if not np.array_equal(now[what], was, equal_nan=True):
+        if not np.array_equal(now[what], was, equal_nan=True) or not np.any(now[what]):
             continue
         # a finite answer only: NaN for NaN is a disagreement the agreement checks report, not a cache
         finite = np.isfinite(np.asarray(now[what], np.float64))
