@@ -173,9 +173,9 @@ def test_equals_unfused(adapter: Adapter, dtype: Any, record: Record, data: st.D
         if per_token:
             want, a2 = np.where(valid, want, 0.0), np.where(valid, a2, 0.0)
         whose = f"its own {unfused}"
-    else:
+    else:  # the oracle's per-token cross-entropy, averaged here over the valid tokens for the mean
         want = oracle.forward(
-            unfused,
+            "cross_entropy",
             {"logits": u64, "targets": np.where(valid, case.inputs["targets"], 0)},
             {},
             adapter.conventions,
