@@ -24,7 +24,7 @@ same dtype and shape the operation defines. Integer inputs (positions, targets) 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -285,6 +285,12 @@ EpsDefault = float | Literal["finfo"]
 CausalAlignment = Literal["bottom_right", "top_left"]
 SlidingWindow = Literal["inclusive", "exclusive"]
 AuxLossFraction = Literal["per_token", "per_assignment"]
+#: How a candidate runs an operation: "no" — as it is called (eager code, an interpreter, a program compiled for
+#: any shape); "per_shape" — a program built for each new shape of its inputs (torch.compile without dynamic
+#: sizes, jax.jit, an ONNX export, a kernel specialised on its sizes), so the checks draw its shapes from a
+#: small, stated plan (conformance/strategies/plan.py) and build each program once
+Compiles = Literal["no", "per_shape"]
+COMPILES: tuple[Compiles, ...] = ("no", "per_shape")
 
 
 @dataclass(frozen=True)
@@ -420,11 +426,20 @@ class Capability:
     #: the dtypes of ``AUTOCAST_DTYPES`` in which the operation also runs under the adapter's ``autocast(D)``
     #: context (the checks' mode ``autocast-D``); only for an operation of ``AUTOCAST``
     autocast: frozenset[str] = frozenset()
+    #: "per_shape": the candidate builds a program per shape of the inputs (``Compiles``), and the checks draw
+    #: the operation's shapes from the plan; "no" (the default): shapes are drawn freely
+    compiles: Compiles = "no"
 
     def declared(self, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
         """Those of ``values`` (in their order) this capability declares for the choice ``key``."""
         allowed = self.values.get(key)
         return values if allowed is None else tuple(v for v in values if v in allowed)
+
+
+def per_shape(table: Mapping[str, Capability], skip: frozenset[str] = frozenset()) -> dict[str, Capability]:
+    """``table`` with every operation but ``skip`` declared ``compiles="per_shape"`` (a candidate that builds a
+    program per shape of its inputs: ``jax.jit``, an ONNX export, a compiled kernel)."""
+    return {op: cap if op in skip else replace(cap, compiles="per_shape") for op, cap in table.items()}
 
 
 def capabilities(ops: Mapping[str, Capability] | None = None, **kw: Capability) -> dict[str, Capability]:
@@ -485,6 +500,11 @@ def validate(obj: object, origin: str) -> Adapter:
             raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")
         _validate_values(origin, op, cap)
         _validate_autocast(obj, origin, op, cap)
+        compiles = getattr(cap, "compiles", "no")  # a Capability of an older contract may lack it
+        if compiles not in COMPILES:
+            raise ContractError(
+                f"{origin}: capabilities[{op!r}].compiles is {compiles!r}; the contract defines {', '.join(COMPILES)}"
+            )
     return obj
 
 

@@ -66,6 +66,20 @@ def _esc_md(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
+def calls_text(e: dict[str, Any]) -> str:
+    """An operation's calls, with the shapes they came in (most in one dtype), whether a shape plan chose them, and
+    the programs the candidate built: "252 · 5 shapes, planned · 16 programs built"."""
+    parts = [str(e["calls"])]
+    shapes = e.get("shapes") or {}
+    if shapes:
+        most = max(shapes.values())
+        parts.append(f"{most} shape{'s' if most != 1 else ''}{', planned' if e.get('planned_calls') else ''}")
+    built = sum((e.get("compiles") or {}).values())
+    if built:
+        parts.append(f"{built} program{'s' if built != 1 else ''} built")
+    return " · ".join(parts)
+
+
 def markdown(report: dict[str, Any]) -> list[str]:
     reached = report.get("reached") or {}
     if not reached:
@@ -90,13 +104,13 @@ def markdown(report: dict[str, Any]) -> list[str]:
             "",
             f"<details><summary>{html.escape(adapter)}: {len(ops)} operations</summary>",
             "",
-            "| operation | calls | parameters | regimes |",
+            "| operation | calls (shapes per dtype, at most) | parameters | regimes |",
             "|---|---|---|---|",
         ]
         for op, e in ops.items():
             params = "; ".join(param_text(p, s) for p, s in e["params"].items()) or "—"
             regs = "; ".join(regime_text(r, v) for r, v in e["regimes"].items()) or "—"
-            lines.append(f"| {op} | {e['calls']} | {_esc_md(params)} | {_esc_md(regs)} |")
+            lines.append(f"| {op} | {_esc_md(calls_text(e))} | {_esc_md(params)} | {_esc_md(regs)} |")
         lines += ["", "</details>"]
     return lines
 
@@ -113,7 +127,7 @@ def html_section(report: dict[str, Any]) -> str:
         parts.append("<p>Every parameter was drawn beyond its default and every listed regime was reached.</p>")
     for adapter, ops in reached.items():
         rows = "".join(
-            f"<tr><td>{html.escape(op)}</td><td>{e['calls']}</td><td>"
+            f"<tr><td>{html.escape(op)}</td><td>{html.escape(calls_text(e))}</td><td>"
             + "<br>".join(html.escape(param_text(p, s)) for p, s in e["params"].items())
             + "</td><td>"
             + "<br>".join(

@@ -175,6 +175,9 @@ def _capability(c: Any) -> dict[str, Any]:
     autocast = getattr(c, "autocast", None)
     if autocast:
         out["autocast"] = sorted(autocast)
+    compiles = getattr(c, "compiles", "no")
+    if compiles != "no":
+        out["compiles"] = compiles
     return out
 
 

@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions, per_shape
+from transformer_conformance.adapters.jax.compiles import backend_compiles
 from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
 jax.config.update("jax_platforms", "cpu")
@@ -83,6 +84,13 @@ class EquinoxAdapter:
             eps_defaults={"rms_norm": 1e-5, "layer_norm": 1e-5},
         )
         self.capabilities = {op: Capability() for op in ("rms_norm", "layer_norm")}
+        # jax.jit traces and compiles a program per shape: the checks draw shapes from the plan
+        self.capabilities = per_shape(self.capabilities)
+        backend_compiles()  # start counting the programs XLA compiles
+
+    def compiles(self) -> int:
+        """The programs XLA has compiled in this process (adapters/jax/compiles.py): the report's count."""
+        return backend_compiles()
 
     def environment(self) -> dict[str, str]:
         return {

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from transformer_conformance.adapters.contract import OPS, Capability, Conventions
+from transformer_conformance.adapters.contract import OPS, Capability, Conventions, per_shape
+from transformer_conformance.adapters.jax.compiles import backend_compiles
 from transformer_conformance.adapters.keras_hub.backend import select_jax
 from transformer_conformance.adapters.versions import SUPPORTED, describe, require
 
@@ -159,6 +160,13 @@ class KerasHubAdapter:
         self.capabilities["rope_scaled"] = Capability(
             dtypes=ALL, values={"scaling.type": frozenset({"linear", "dynamic", "yarn", "llama3"})}
         )
+        # jax.jit traces and compiles a program per shape: the checks draw shapes from the plan
+        self.capabilities = per_shape(self.capabilities)
+        backend_compiles()  # start counting the programs XLA compiles
+
+    def compiles(self) -> int:
+        """The programs XLA has compiled in this process (adapters/jax/compiles.py): the report's count."""
+        return backend_compiles()
 
     def environment(self) -> dict[str, str]:
         return {

@@ -84,11 +84,20 @@ class OnnxRuntimeExportAdapter:
         self.conventions = self.torch.conventions
         # the exported norms and RoPE compute in float32 between Casts, so bfloat16 runs; the MLP's MatMul(13), the
         # loss's SoftmaxCrossEntropyLoss function and z-loss's ReduceLogSumExp(18) have no bfloat16 CPU kernel
+        # a graph is exported per shape pattern (above): the checks draw their shapes from the plan, and the count of
+        # exports is the report's
         self.capabilities: dict[str, Capability] = {
-            op: Capability(dtypes=ALL if op in ("rms_norm", "layer_norm", "rope") else F32_F16, grad=False)
+            op: Capability(
+                dtypes=ALL if op in ("rms_norm", "layer_norm", "rope") else F32_F16, grad=False, compiles="per_shape"
+            )
             for op in self.EXPORTED
         }
         self._sessions: dict[tuple[Any, ...], tuple[ort.InferenceSession, list[str], str]] = {}
+        self._exports = 0
+
+    def compiles(self) -> int:
+        """The graphs exported (and sessions built) so far."""
+        return self._exports
 
     def environment(self) -> dict[str, str]:
         from importlib.metadata import version
@@ -109,6 +118,7 @@ class OnnxRuntimeExportAdapter:
     def _export(
         self, op: str, names: tuple[str, ...], arrays: list[np.ndarray], params: Mapping[str, Any], exact: bool
     ) -> tuple[ort.InferenceSession, list[str], str]:
+        self._exports += 1
         args = tuple(to_torch(a, "cpu") for a in arrays)
         # forward(*tensors): the dynamic shapes of the one variadic argument
         dims = None if exact else (tuple({i: torch.export.Dim.AUTO for i in range(a.ndim)} for a in arrays),)

@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_conformance.adapters.contract import Capability, Conventions
+from transformer_conformance.adapters.contract import Capability, Conventions, per_shape
+from transformer_conformance.adapters.jax.compiles import backend_compiles
 from transformer_conformance.adapters.pallas.attention import attention_forward, attention_vjp
 from transformer_conformance.adapters.versions import SUPPORTED, describe, installed, require
 
@@ -104,6 +105,13 @@ class PallasAdapter:
         )
         self.capabilities = {op: Capability() for op in ("rms_norm", "layer_norm")}
         self.capabilities["attention"] = Capability(values={"softcap": frozenset({"none"})})
+        # jax.jit traces and compiles a program per shape: the checks draw shapes from the plan
+        self.capabilities = per_shape(self.capabilities)
+        backend_compiles()  # start counting the programs XLA compiles
+
+    def compiles(self) -> int:
+        """The programs XLA has compiled in this process (adapters/jax/compiles.py): the report's count."""
+        return backend_compiles()
 
     def environment(self) -> dict[str, str]:
         return {

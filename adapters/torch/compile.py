@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from transformer_conformance.adapters.contract import OPS
+from transformer_conformance.adapters.contract import OPS, Compiles
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
 from transformer_conformance.adapters.torch.tensors import to_numpy
 
@@ -59,6 +59,14 @@ UNBACKED_OPS = frozenset(
 )
 
 
+#: the integer rules: plain Python, nothing compiled
+INTEGER_RULES = frozenset({"swiglu_hidden_dim", "param_count", "ffn_hidden_dim"})
+
+
+def _compiles(op: str) -> Compiles:
+    return "no" if op in UNBACKED_OPS or op in INTEGER_RULES else "per_shape"
+
+
 class TorchCompileAdapter(TorchAdapter):
     """The built-in ``torch-compile`` adapter: the operations that compile to one graph per rank and dtype
     (:data:`UNBACKED_OPS`: the norms, RoPE, the losses, sinusoidal and ALiBi positions). The others are not
@@ -76,12 +84,18 @@ class TorchCompileAdapter(TorchAdapter):
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
         # the autocast mode is not declared: dynamo guards on the autocast state and compiles every graph again
         # under it, too long for a CPU gate (docs/adapters.md, "torch-compile")
+        # an operation compiled with backed sizes builds a graph per shape (0/1 specialisation, sizes a lowering guards
+        # on): its checks draw their shapes from the plan (conformance/strategies/plan.py)
         self.capabilities = {
-            op: dataclasses.replace(c, autocast=frozenset())
+            op: dataclasses.replace(c, autocast=frozenset(), compiles=_compiles(op))
             for op, c in self.capabilities.items()
             if op in self.compiled_ops
         }
         self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
+
+    def compiles(self) -> int:
+        """The graphs dynamo has compiled in this process (its ``unique_graphs`` counter): the report's count."""
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -101,7 +115,7 @@ class TorchCompileAdapter(TorchAdapter):
         return out, tensors
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
-        if op in ("swiglu_hidden_dim", "param_count", "ffn_hidden_dim"):  # integer rules: nothing to compile
+        if op in INTEGER_RULES:  # nothing to compile
             return super().forward(op, inputs, params)
         # with autograd recording: the forward graph of the joint graph the VJP also runs (module docstring)
         out, _ = self._call(op, inputs, params, grad=True)

@@ -225,8 +225,13 @@ class TorchFlexAdapter(TorchAdapter):
             # CPU kernel calls exp itself
             exp_via_exp2=frozenset(declared) if cuda else frozenset(),
         )
-        self.capabilities = {op: Capability(grad=cuda) for op in declared}
+        # each new head width, value width or mask kind compiles a kernel: the checks draw shapes from the plan
+        self.capabilities = {op: Capability(grad=cuda, compiles="per_shape") for op in declared}
         self.impl = ops(self.conventions.causal_alignment, self.conventions.sliding_window, compiled_flex())
+
+    def compiles(self) -> int:
+        """The graphs dynamo has compiled in this process (its ``unique_graphs`` counter): the report's count."""
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

@@ -23,6 +23,7 @@ from transformer_conformance.conformance.strategies import common as cst
 from transformer_conformance.conformance.strategies import positions as pst
 from transformer_conformance.conformance.strategies import sizes
 from transformer_conformance.conformance.strategies.choices import sampled_from
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.positions import alibi_slopes, sinusoidal_shift
 
@@ -84,7 +85,7 @@ def _pe(
 )
 @given(data=st.data())
 def test_sinusoidal_relative_offset(adapter: Adapter, dtype: Format, record: Record, data: st.DataObject) -> None:
-    d = 2 * data.draw(st.one_of(st.integers(1, 8), sampled_from([32, 64])), label="d/2")
+    d = 2 * Dims(data.draw, shapes(("d/2",), (3,), (32,)))("d/2", st.one_of(st.integers(1, 8), sampled_from([32, 64])))
     base = data.draw(sampled_from([10000.0, 100.0]), label="base")
     i = data.draw(st.one_of(st.integers(0, 64), st.integers(0, 100_000)), label="i")
     delta = data.draw(st.one_of(st.integers(1, 16), st.integers(1, 50_000)), label="δ")

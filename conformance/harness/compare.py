@@ -20,6 +20,7 @@ from transformer_conformance.conformance.budgets import registry as budgets
 from transformer_conformance.conformance.budgets.error_model import Tracked, allowed_error
 from transformer_conformance.conformance.harness import autocast, headroom, integrity, lint, reach, repro, watchdog
 from transformer_conformance.conformance.harness.series import Along, Series
+from transformer_conformance.conformance.strategies import plan
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference import oracle
 from transformer_conformance.reference.formats import Format, dtype_name
@@ -103,7 +104,8 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
     first = key not in _CALLED or bool(_TARGET_SUFFIX)
     _CALLED.add(key)
     if len(args) >= 3 and isinstance(args[0], str):
-        reach.note(args[0], args[1], args[2])  # what the examples reach (harness/reach.py): not part of the verdict
+        # what the examples reach (harness/reach.py): not part of the verdict
+        reach.note(args[0], args[1], args[2], planned=plan.active())
     try:
         with watchdog.watch(CALL_TIMEOUT, first_call=first), autocast.context(fn):
             return headroom.call(fn, *args)  # room on the frame stack, whatever the harness's depth
@@ -260,6 +262,7 @@ def call_op(
     key = f"{adapter.name}.{op}{'.vjp' if cotangent else ''}"
     integrity.poison(copies)
     before = integrity.threads()
+    built = compiles(adapter)
     if not cotangent:
         out = _invoke(call, adapter.forward, op, copies, params)
     else:
@@ -280,12 +283,27 @@ def call_op(
             _restore(cot, kept)
             if f"{op}.vjp" not in adapter.conventions.in_place_ops:
                 _unwritten(wrote, kept, op, call)
+    if built is not None:
+        reach.note_compiles(op, reach.dtype_of(inputs), (compiles(adapter) or built) - built)
     if op not in adapter.conventions.in_place_ops:
         for k, v in copies.items():
             if not np.array_equal(v, inputs[k], equal_nan=True):
                 raise CheckFailure(f"modified its input {k} without declaring {op} in-place [{call}]")
     _hold_to_the_rules(adapter, op, key, call, out, copies, before, grad=bool(cotangent))
     return out
+
+
+def compiles(adapter: Adapter) -> int | None:
+    """The programs the candidate has built so far, where its adapter counts them (the optional ``compiles()``
+    hook, docs/adapter-contract.md); None where it does not, or the hook fails (never a verdict)."""
+    hook = getattr(adapter, "compiles", None)
+    if not callable(hook):
+        return None
+    try:
+        n = hook()
+    except Exception:  # noqa: BLE001 - a count for the report, not part of the verdict
+        return None
+    return int(n) if isinstance(n, int | np.integer) else None
 
 
 def _hold_to_the_rules(

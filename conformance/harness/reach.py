@@ -52,7 +52,7 @@ def _json_value(v: Any) -> Any:
     return v if v is None or isinstance(v, bool | int | float | str) else repr(v)
 
 
-def _dtype(inputs: Mapping[str, np.ndarray]) -> str | None:
+def dtype_of(inputs: Mapping[str, np.ndarray]) -> str | None:
     for a in inputs.values():
         if isinstance(a, np.ndarray) and a.dtype.kind not in "iub":
             name = dtype_name(a)
@@ -60,20 +60,42 @@ def _dtype(inputs: Mapping[str, np.ndarray]) -> str | None:
     return None
 
 
-def note(op: str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> None:
-    """Count one call of ``op``: its parameter values and the regimes its inputs are in."""
-    entry = _NOTED.setdefault(op, {"calls": 0, "params": {}, "regimes": {}})
+def _entry(op: str) -> dict[str, Any]:
+    return _NOTED.setdefault(op, {"calls": 0, "params": {}, "regimes": {}, "shapes": {}, "planned": 0, "compiles": {}})
+
+
+def signature(inputs: Mapping[str, Any]) -> str:
+    """The shapes of a call's arrays, in their order: what a compiler specialising on shapes builds a program for."""
+    return " ".join(f"{k}{list(v.shape)}" for k, v in inputs.items() if isinstance(v, np.ndarray))
+
+
+def note(op: str, inputs: Mapping[str, Any], params: Mapping[str, Any], planned: bool = False) -> None:
+    """Count one call of ``op``: its parameter values, the shapes of its arrays (and whether they came from a shape
+    plan, conformance/strategies/plan.py) and the regimes its inputs are in."""
+    entry = _entry(op)
     entry["calls"] += 1
+    entry["planned"] += int(planned)
     for key, value in _flat(params).items():
         add_value(entry["params"].setdefault(key, {"values": [], "more": 0}), _json_value(value))
-    name = _dtype(inputs)
+    name = dtype_of(inputs)
     if name is None:
         return
+    seen = entry["shapes"].setdefault(name, [])
+    sig = signature(inputs)
+    if sig not in seen:
+        seen.append(sig)
     arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
     values = {k: (v if v.dtype.kind in "iub" else v.astype(np.float64)) for k, v in arrays.items()}
     for r in regimes.reached(op, values, params, fmt(name)):
         counts = entry["regimes"].setdefault(r, {})
         counts[name] = counts.get(name, 0) + 1
+
+
+def note_compiles(op: str, dtype: str | None, count: int) -> None:
+    """Count the programs a candidate built during one call of ``op`` (its optional ``compiles()`` hook)."""
+    if count > 0 and dtype is not None:
+        built = _entry(op)["compiles"]
+        built[dtype] = built.get(dtype, 0) + count
 
 
 def add_value(slot: dict[str, Any], value: Any, count: int = 1) -> None:
@@ -98,8 +120,14 @@ def drain() -> dict[str, dict[str, Any]]:
 def merge(into: dict[str, dict[str, Any]], noted: Mapping[str, Mapping[str, Any]]) -> None:
     """Fold one check's ``drain()`` into a per-operation total (the controller's, for one adapter)."""
     for op, e in noted.items():
-        t = into.setdefault(op, {"calls": 0, "params": {}, "regimes": {}})
+        t = into.setdefault(op, {"calls": 0, "params": {}, "regimes": {}, "shapes": {}, "planned": 0, "compiles": {}})
         t["calls"] += e["calls"]
+        t["planned"] += e.get("planned", 0)
+        for d, sigs in e.get("shapes", {}).items():
+            kept = t["shapes"].setdefault(d, [])
+            kept.extend(sig for sig in sigs if sig not in kept)
+        for d, n in e.get("compiles", {}).items():
+            t["compiles"][d] = t["compiles"].get(d, 0) + n
         for name, slot in e["params"].items():
             ts = t["params"].setdefault(name, {"values": [], "more": 0})
             for v in slot["values"]:
@@ -147,5 +175,13 @@ def summary(
                 "reason": reason,
                 **({} if r.drawn and not undeclared else {"drawn": False}),
             }
-        out[op] = {"calls": e["calls"], "params": params, "regimes": listed}
+        shapes = {d: len(sigs) for d, sigs in sorted(e.get("shapes", {}).items())}
+        out[op] = {
+            "calls": e["calls"],
+            "params": params,
+            "regimes": listed,
+            **({"shapes": shapes} if shapes else {}),
+            **({"planned_calls": e["planned"]} if e.get("planned") else {}),
+            **({"compiles": dict(sorted(e["compiles"].items()))} if e.get("compiles") else {}),
+        }
     return out

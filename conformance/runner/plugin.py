@@ -27,6 +27,7 @@ from transformer_conformance.conformance.harness.compare import CheckFailure, Re
 from transformer_conformance.conformance.harness.marks import BEHAVIOURS, UNSUPPORTED
 from transformer_conformance.conformance.runner import counterexample, expectations, profiles
 from transformer_conformance.conformance.runner.allocator import keep_freed_memory
+from transformer_conformance.conformance.strategies import plan
 from transformer_conformance.reference import SEEDS
 from transformer_conformance.reference.formats import TESTED_DTYPES, Format, fmt
 
@@ -283,6 +284,19 @@ def declared_support(request: pytest.FixtureRequest) -> None:
         if left and "record" in request.fixturenames:
             record: Record = request.getfixturevalue("record")
             record.extra.setdefault("not_declared", {})[key] = left
+
+
+@pytest.fixture(autouse=True)
+def shape_plan(request: pytest.FixtureRequest, declared_support: None) -> Generator[None, None, None]:
+    """A check of an operation the adapter declares ``compiles="per_shape"`` draws its shapes from the plan
+    (conformance/strategies/plan.py): each program is built once and checked many times."""
+    op = _marker(request.node).get("op")
+    if op is None or "adapter" not in request.fixturenames:
+        yield
+        return
+    cap = request.getfixturevalue("adapter").capabilities.get(op)
+    with plan.planned(getattr(cap, "compiles", "no") == "per_shape"):
+        yield
 
 
 @pytest.fixture(autouse=True)

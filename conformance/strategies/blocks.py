@@ -14,9 +14,29 @@ from hypothesis import strategies as st
 from transformer_conformance.adapters.contract import SOFTCAPS
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.conformance.strategies.plan import Dims, Shape, shapes
 from transformer_conformance.reference.blocks import PLACEMENTS
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
+
+#: The planned shapes (conformance/strategies/plan.py): one element of each (jax's one-element bfloat16 dot fails to
+#: compile), grouped heads (three queries a KV head, MQA) with fewer queries than keys, two batches of two KV heads at
+#: a square mask and D = 16, and an odd head width over one query group
+ATTENTION_SHAPES = shapes(
+    ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", "D_v"),
+    (1, 1, 1, 1, 1, 1, 1),
+    (1, 1, 3, 7, 3, 4, 4),
+    (2, 2, 2, 5, 5, 16, 3),
+    (1, 2, 1, 6, 2, 3, 1),
+)
+MLP_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 11, (2, 3)), (24, 40, (1,)), (16, 7, (3,)))
+BLOCK_SHAPES = shapes(
+    ("H_kv", "query heads per KV head", "D/2", "d", "T", "h"),
+    (1, 2, 1, 4, 3, 7),
+    (2, 1, 2, 8, 4, 12),
+    (2, 3, 2, 6, 2, 5),
+)
+LM_HEAD_SHAPES = shapes(("d", "V", "tokens"), (7, 5, 1), (16, 24, 3), (3, 13, 2))
 
 
 @st.composite
@@ -33,19 +53,24 @@ def attention_case(
     """q (B, H_q, L_q, D), k and v (B, H_kv, L_k, ·) with H_q = groups·H_kv (MQA when H_kv = 1); causal cases keep
     L_q ≤ L_k, and ``fewer_queries`` forces L_q < L_k (where the two causal alignments differ). ``softcaps``: the
     soft-capping drawn ("none": softcap None, "tanh": a cap), as the adapter declares it."""
-    b = draw(st.integers(1, 2), label="B")
-    h_kv = draw(st.integers(1, 2), label="H_kv")
-    groups = draw(sampled_from([1, 2, 3]), label="query heads per KV head")
+
+    def fits(s: Shape) -> bool:  # a planned shape: L_q ≤ L_k for any causal draw, < where asked; even D where asked
+        return (not fewer_queries or s["L_q"] < s["L_k"]) and (not even_d or s["D"] % 2 == 0)
+
+    dims = Dims(draw, ATTENTION_SHAPES, fits)
+    b = dims("B", st.integers(1, 2))
+    h_kv = dims("H_kv", st.integers(1, 2))
+    groups = dims("query heads per KV head", sampled_from([1, 2, 3]))
     is_causal = draw(st.booleans(), label="causal") if causal is None else causal
-    lk = draw(st.integers(2 if fewer_queries else 1, 7), label="L_k")
+    lk = dims("L_k", st.integers(2 if fewer_queries else 1, 7))
     if fewer_queries:
-        lq = draw(st.integers(1, lk - 1), label="L_q")
+        lq = dims("L_q", st.integers(1, lk - 1))
     elif is_causal:
-        lq = draw(st.integers(1, lk), label="L_q")
+        lq = dims("L_q", st.integers(1, lk))
     else:
-        lq = draw(st.integers(1, 7), label="L_q")
-    d = draw(sampled_from([2, 4, 6, 8, 16] if even_d else [1, 2, 3, 4, 8, 16]), label="D")
-    dv = draw(sampled_from([1, 3, 4]), label="D_v")
+        lq = dims("L_q", st.integers(1, 7))
+    d = dims("D", sampled_from([2, 4, 6, 8, 16] if even_d else [1, 2, 3, 4, 8, 16]))
+    dv = dims("D_v", sampled_from([1, 3, 4]))
     # |q|, |k| up to 2^3: logits up to ~64·√D, a softmax peaked to one key; or 2^7 … 2^8: logits beyond the
     # 2^17 where a masked score filled with −1e4 or −65504 rather than −∞ is no longer negligible
     # (not in float16, where the input dtype's own q·k overflows at 2^8: its near-overflow logits come from 2^3)
@@ -100,10 +125,11 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
 def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...] | None = None) -> Case:
     """An MLP (``gated``: a GLU) case with an activation among ``activations`` (default: all the contract names)."""
     names = activations or (GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS)
+    dims = Dims(draw, MLP_SHAPES)
     act = draw(sampled_from(names), label="activation")
-    d = draw(st.integers(1, 24), label="d")
-    h = draw(st.integers(1, 40), label="h")
-    lead = draw(sampled_from([(1,), (3,), (2, 3)]), label="leading shape")
+    d = dims("d", st.integers(1, 24))
+    h = dims("h", st.integers(1, 40))
+    lead = dims("leading shape", sampled_from([(1,), (3,), (2, 3)]))
     seed = draw(seeds, label="seed")
     # |x| up to 2^5 (2^4 in float16, where x·w or the gated product then comes within 8 binades of overflow): GELU
     # tails at x·w ≈ −10, squared ReLU and the gate grow like |x|²
@@ -128,13 +154,14 @@ def block_case(
     """A tiny block: d ≤ 8, one or two KV heads with one to three query heads each, T ≤ 4, weights at
     N(0, 1/fan_in), norm weights near 1; the stream at |x| from 2^-4 to 2^6. ``placement`` fixed, or drawn from
     ``placements``."""
+    dims = Dims(draw, BLOCK_SHAPES)
     pl = draw(sampled_from(placements), label="placement") if placement is None else placement
-    h_kv = draw(st.integers(1, 2), label="H_kv")
-    groups = draw(st.integers(1, 3), label="query heads per KV head")
-    hd = 2 * draw(st.integers(1, 2), label="D/2")
-    d = draw(sampled_from([4, 6, 8]), label="d")
-    t = draw(st.integers(1, 4), label="T")
-    hidden = draw(st.integers(1, 12), label="h")
+    h_kv = dims("H_kv", st.integers(1, 2))
+    groups = dims("query heads per KV head", st.integers(1, 3))
+    hd = 2 * dims("D/2", st.integers(1, 2))
+    d = dims("d", sampled_from([4, 6, 8]))
+    t = dims("T", st.integers(1, 4))
+    hidden = dims("h", st.integers(1, 12))
     seed = draw(seeds, label="seed")
     mag = draw(magnitudes(-4, 6 if dtype.name != "float16" else 4), label="|x|")
     hq = h_kv * groups
@@ -173,13 +200,14 @@ def block_case(
 
 @st.composite
 def lm_head_case(draw: st.DrawFn, dtype: Format) -> Case:
-    d = draw(st.integers(1, 16), label="d")
-    vocab = draw(st.integers(1, 24), label="V")
+    dims = Dims(draw, LM_HEAD_SHAPES)
+    d = dims("d", st.integers(1, 16))
+    vocab = dims("V", st.integers(1, 24))
     seed = draw(seeds, label="seed")
     # from 2^-10: rows whose mean square is below ε
     mag = draw(magnitudes(-10, 8 if dtype.name != "float16" else 6), label="|x|")
     inputs = {
-        "x": fill(dtype, (draw(st.integers(1, 3), label="tokens"), d), mag, seed),
+        "x": fill(dtype, (dims("tokens", st.integers(1, 3)), d), mag, seed),
         "norm_weight": fill(dtype, (d,), 0.2, seed + 1, offset=1.0),
         "w_head": fill(dtype, (d, vocab), d**-0.5, seed + 2),
     }

@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, seeds, z_in_range
 from transformer_conformance.conformance.strategies.losses import ignored_case
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
 
 HIDDEN = (1, 2, 8, 16, 64)
 VOCAB = st.one_of(st.integers(2, 40), sampled_from([255, 1000, 2053]))
+#: The planned shapes (conformance/strategies/plan.py): tokens × hidden × vocabulary
+LINEAR_CE_SHAPES = shapes(("tokens", "hidden", "vocab"), (3, 2, 7), (6, 16, 255), (1, 8, 2053))
 
 
 def ignore(draw: st.DrawFn, targets: np.ndarray, v: int, *, keep_one: bool = True) -> tuple[np.ndarray, int, int]:
@@ -37,9 +40,10 @@ def linear_ce_case(draw: st.DrawFn, dtype: Format, reductions: tuple[str, ...], 
     """x (N, H), weight (V, H), bias (V,), targets (N,) with some ignored; logits of spread ~1 to ~16 around
     an offset of 0, +30 or −50 (the bias), sometimes one confident row. ``exact``: small integers scaled by a
     power of two, so that x·Wᵀ + b is exact in the dtype (|u| ≤ 60·4)."""
-    n = draw(st.integers(1, 6), label="tokens")
-    h = draw(sampled_from(HIDDEN[:3] if exact else HIDDEN), label="hidden")
-    v = draw(VOCAB, label="vocab")
+    dims = Dims(draw, LINEAR_CE_SHAPES, lambda s: not exact or s["hidden"] in HIDDEN[:3])
+    n = dims("tokens", st.integers(1, 6))
+    h = dims("hidden", sampled_from(HIDDEN[:3] if exact else HIDDEN))
+    v = dims("vocab", VOCAB)
     seed = draw(seeds, label="seed")
     rng = np.random.default_rng(seed)
     if exact:

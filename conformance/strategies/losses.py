@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import FAR_OFFSET, Case, fill, logits_case, seeds
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
+
+#: The planned shapes (conformance/strategies/plan.py): the logits' own (strategies/common.py), three tokens more
+IGNORED_SHAPES = shapes(("extra tokens",), (3,))
+SOFTCAP_SHAPES = shapes(("tokens", "vocab"), (3, 7), (2, 255), (4, 1000))
 
 
 @st.composite
@@ -16,7 +21,7 @@ def ignored_case(draw: st.DrawFn, dtype: Format) -> Case:
     """logits_case with some tokens ignored (at least one kept): ignore_index −100, 0 or the last class."""
     case: Case = draw(logits_case(dtype, with_targets=True), label="logits")
     n, v = case.inputs["logits"].shape
-    extra = draw(st.integers(0, 5), label="extra tokens")
+    extra = Dims(draw, IGNORED_SHAPES)("extra tokens", st.integers(0, 5))
     if extra:  # more tokens, so that the ignored ones are a real fraction of them
         rows = fill(dtype, (extra, v), case.about["spread"], case.about["seed"] + 7, offset=case.about["shift"])
         case.inputs["logits"] = np.concatenate([case.inputs["logits"], rows])
@@ -44,8 +49,9 @@ def ignored_case(draw: st.DrawFn, dtype: Format) -> Case:
 def softcap_case(draw: st.DrawFn, dtype: Format) -> Case:
     """Logits of spread up to ~4c: the tanh's linear part, its knee and its saturation."""
     cap = draw(sampled_from([30.0, 50.0, 5.0]), label="cap")
-    n = draw(st.integers(1, 4), label="tokens")
-    v = draw(st.one_of(st.integers(2, 40), sampled_from([255, 1000])), label="vocab")
+    dims = Dims(draw, SOFTCAP_SHAPES)
+    n = dims("tokens", st.integers(1, 4))
+    v = dims("vocab", st.one_of(st.integers(2, 40), sampled_from([255, 1000])))
     seed = draw(seeds, label="seed")
     spread = draw(sampled_from([0.5, 0.3, 1.0, 4.0]), label="spread / cap") * cap
     shift = draw(sampled_from([0.0, 0.0, 1.0, -2.0, None]), label="shift / cap")

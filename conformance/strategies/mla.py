@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
 
 #: None (σ = 1/√(D_n + D_r)), DeepSeek-V3's YaRN settings, and a factor with a fractional mscale_all_dim
@@ -33,16 +34,26 @@ def _inputs(dtype: Format, dims: tuple[int, ...], mag: float, seed: int) -> dict
     }
 
 
+#: The planned shapes (conformance/strategies/plan.py): decoding one query, a square prefill, half the keys' queries
+MLA_SHAPES = shapes(
+    ("B", "H", "L_k", "L_q", "D_n", "D_r/2", "D_c", "D_v"),
+    (1, 3, 6, 1, 7, 2, 64, 5),
+    (2, 2, 5, 5, 16, 1, 9, 16),
+    (1, 4, 8, 4, 3, 4, 32, 2),
+)
+
+
 @st.composite
 def mla_case(draw: st.DrawFn, dtype: Format, forms: tuple[str, ...], causal: bool | None = None) -> Case:
-    b = draw(st.integers(1, 2), label="B")
-    h = draw(st.integers(1, 4), label="H")
-    lk = draw(st.integers(1, 8), label="L_k")
-    lq = draw(sampled_from([lk, 1, max(1, lk // 2)]), label="L_q")
-    dn = draw(st.integers(1, 16), label="D_n")
-    dr = 2 * draw(st.integers(1, 4), label="D_r/2")
-    dc = draw(st.one_of(st.integers(1, 32), sampled_from([64, 128])), label="D_c")
-    dv = draw(st.integers(1, 16), label="D_v")
+    dims = Dims(draw, MLA_SHAPES)
+    b = dims("B", st.integers(1, 2))
+    h = dims("H", st.integers(1, 4))
+    lk = dims("L_k", st.integers(1, 8))
+    lq = dims("L_q", sampled_from([lk, 1, max(1, lk // 2)]))
+    dn = dims("D_n", st.integers(1, 16))
+    dr = 2 * dims("D_r/2", st.integers(1, 4))
+    dc = dims("D_c", st.one_of(st.integers(1, 32), sampled_from([64, 128])))
+    dv = dims("D_v", st.integers(1, 16))
     seed = draw(seeds, label="seed")
     mag = draw(magnitudes(-2, 2), label="|q|")
     k_pos = draw(positions(lk, below_2_24=True))

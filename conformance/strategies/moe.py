@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, seeds, z_in_range
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference import moe
 from transformer_conformance.reference.formats import Format
 
@@ -37,6 +38,11 @@ WIDE_K = (64, 16)
 AUX_TOKENS = (16_384, 64, 8)
 #: the router z-loss's regime: DeepSeek-V3's 256 routed experts over 4096 tokens
 Z_TOKENS = (4096, 256)
+#: The planned shapes (conformance/strategies/plan.py): a few experts, Mixtral's 8 and Qwen's 60 (even, for groups).
+#: The load-balancing loss's k is its selection's width (a top-k of static width), planned with its shape.
+ROUTER_SHAPES = shapes(("E", "N"), (3, 5), (8, 2), (60, 6))
+AUX_LOSS_SHAPES = shapes(("E", "N", "k"), (3, 7, 1), (8, 16, 2), (64, 5, 8))
+Z_LOSS_SHAPES = shapes(("E", "N"), (3, 7), (16, 32), (256, 2))
 
 
 def separated(values: np.ndarray, k: int) -> bool:
@@ -82,8 +88,9 @@ def router_case(
     score = draw(sampled_from(scores), label="score")
     norm = draw(sampled_from(norms), label="norm")
     how = draw(sampled_from(selections), label="selection")
-    e = draw(sampled_from([x for x in EXPERTS if how != "groups" or x % 2 == 0]), label="E")
-    n = draw(st.integers(1, 6), label="N")
+    dims = Dims(draw, ROUTER_SHAPES, lambda s: how != "groups" or s["E"] % 2 == 0)
+    e = dims("E", sampled_from([x for x in EXPERTS if how != "groups" or x % 2 == 0]))
+    n = dims("N", st.integers(1, 6))
     n_group = topk_group = None
     if how == "groups":
         n_group = draw(sampled_from([g for g in (2, 4, 8) if e % g == 0 and g < e] or [e // 2]), label="n_group")
@@ -125,9 +132,10 @@ def router_case(
 @st.composite
 def aux_loss_case(draw: st.DrawFn, dtype: Format) -> Case:
     """Softmax logits of N tokens over E experts for the load-balancing loss, k selected per token."""
-    e = draw(sampled_from(EXPERTS), label="E")
-    n = draw(st.integers(1, 16), label="N")
-    k = draw(st.integers(1, min(8, e)), label="k")
+    dims = Dims(draw, AUX_LOSS_SHAPES)
+    e = dims("E", sampled_from(EXPERTS))
+    n = dims("N", st.integers(1, 16))
+    k = dims("k", st.integers(1, min(8, e)))
     spacing = draw(sampled_from([0.125, 0.25, 0.5, 1.0]), label="spacing")
     offset = draw(sampled_from([0.0, 0.0, -4.0, 6.0]), label="offset")
     x = logits(dtype, n, e, spacing, offset, draw(seeds, label="seed"))
@@ -196,8 +204,9 @@ def z_loss_case(draw: st.DrawFn, dtype: Format, extreme: bool = True) -> Case:
     offset, moved (if need be) so that every z² is representable (common.z_in_range). ``extreme`` False keeps the
     magnitudes below 4, where a sum of the N z² is representable in every dtype too (for the properties: an
     overflowing sum is the agreement checks' to find)."""
-    e = draw(sampled_from([*EXPERTS, 256]), label="E")
-    n = draw(st.integers(1, 32), label="N")
+    dims = Dims(draw, Z_LOSS_SHAPES)
+    e = dims("E", sampled_from([*EXPERTS, 256]))
+    n = dims("N", st.integers(1, 32))
     mag = draw(magnitudes(-6, 5 if extreme else 1), label="|u|")
     offset = draw(sampled_from([0.0, 0.0, -8.0, 12.0]), label="offset")
     seed = draw(seeds, label="seed")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
 
 #: the sections models ship for head dim 128: Qwen2-VL and Qwen2.5-VL, Qwen3-VL
@@ -42,6 +43,12 @@ def stream_positions(draw: st.DrawFn, t: int, kind: str | None = None) -> np.nda
     return np.stack([draw(positions(t, below_2_24=True)) for _ in range(3)])
 
 
+#: The planned shapes (conformance/strategies/plan.py): Qwen2-VL's head (d/2 = 64, its shipped sections), a narrow
+#: head and a middling one
+MROPE_SHAPES = shapes(("d/2", "T", "heads"), (64, 4, 2), (3, 6, 1), (16, 2, 3))
+TEMPERATURE_SHAPES = shapes(("T", "D/2", "heads"), (4, 64, 2), (6, 3, 1), (1, 32, 3))
+
+
 @st.composite
 def sections(draw: st.DrawFn, half: int, streams: str) -> tuple[int, int, int]:
     if half == 64 and draw(st.booleans(), label="shipped sections"):
@@ -53,10 +60,11 @@ def sections(draw: st.DrawFn, half: int, streams: str) -> tuple[int, int, int]:
 
 @st.composite
 def mrope_case(draw: st.DrawFn, dtype: Format, streams: tuple[str, ...], kind: str | None = None) -> Case:
-    half = draw(st.one_of(st.integers(1, 8), sampled_from([16, 32, 64])), label="d/2")
+    dims = Dims(draw, MROPE_SHAPES)
+    half = dims("d/2", st.one_of(st.integers(1, 8), sampled_from([16, 32, 64])))
     how = draw(sampled_from(streams), label="streams")
-    t = draw(st.integers(1, 6), label="T")
-    heads = draw(st.integers(1, 3), label="heads")
+    t = dims("T", st.integers(1, 6))
+    heads = dims("heads", st.integers(1, 3))
     seed = draw(seeds, label="seed")
     x = fill(dtype, (heads, t, 2 * half), draw(magnitudes(-4, 4), label="|x|"), seed)
     params = {"base": draw(sampled_from(BASES), label="base"), "sections": draw(sections(half, how)), "streams": how}
@@ -91,10 +99,11 @@ def temperature_positions(draw: st.DrawFn, t: int, floor_scale: float) -> np.nda
 
 @st.composite
 def temperature_case(draw: st.DrawFn, dtype: Format) -> Case:
-    t = draw(st.integers(1, 6), label="T")
+    dims = Dims(draw, TEMPERATURE_SHAPES)
+    t = dims("T", st.integers(1, 6))
     # even: a NoPE layer has the head width of the model's RoPE layers
-    d = 2 * draw(st.one_of(st.integers(1, 8), sampled_from([32, 64])), label="D/2")
-    heads = draw(st.integers(1, 3), label="heads")
+    d = 2 * dims("D/2", st.one_of(st.integers(1, 8), sampled_from([32, 64])))
+    heads = dims("heads", st.integers(1, 3))
     seed = draw(seeds, label="seed")
     floor_scale = draw(sampled_from(FLOOR_SCALES), label="floor_scale")
     params = {"floor_scale": floor_scale, "attn_scale": draw(sampled_from(ATTN_SCALES), label="attn_scale")}

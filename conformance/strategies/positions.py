@@ -17,6 +17,7 @@ from transformer_conformance.conformance.strategies.common import (
     positions,
     seeds,
 )
+from transformer_conformance.conformance.strategies.plan import Dims, shapes
 from transformer_conformance.reference.formats import Format
 from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
@@ -24,13 +25,21 @@ from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 HEADS = st.one_of(st.integers(1, 16), sampled_from([20, 24, 40, 64]))
 
 
+#: The planned shapes (conformance/strategies/plan.py)
+SINUSOIDAL_SHAPES = shapes(("d/2", "T", "batch"), (3, 5, 2), (32, 6, 1), (256, 2, 1))
+LEARNED_SHAPES = shapes(("L", "d", "T"), (7, 5, 12), (512, 48, 3), (2048, 16, 9))
+ALIBI_SHAPES = shapes(("H", "Tq", "Tk", "batch"), (5, 3, 6, 1), (8, 1, 4, 2), (24, 5, 5, 1))
+ROPE_SCALED_SHAPES = shapes(("d/2", "rotary_dim", "T", "heads"), (3, None, 5, 2), (32, 32, 4, 1), (64, None, 3, 2))
+
+
 @st.composite
 def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
-    d = 2 * draw(st.one_of(st.integers(1, 8), sampled_from([32, 64, 256])), label="d/2")
-    t = draw(st.integers(1, 6), label="T")
+    dims = Dims(draw, SINUSOIDAL_SHAPES)
+    d = 2 * dims("d/2", st.one_of(st.integers(1, 8), sampled_from([32, 64, 256])))
+    t = dims("T", st.integers(1, 6))
     seed = draw(seeds, label="seed")
     mag = draw(st.one_of(st.just(0.0), magnitudes(-6, 4)), label="|x|")
-    x = fill(dtype, (draw(st.integers(1, 2), label="batch"), t, d), mag, seed)
+    x = fill(dtype, (dims("batch", st.integers(1, 2)), t, d), mag, seed)
     base = draw(sampled_from([10000.0, 10000.0, 100.0, 500000.0]), label="base")
     pos = draw(positions(t, long_positions(dtype)))
     return Case({"x": x, "positions": pos}, {"base": base}, {"|x|": mag, "seed": seed})
@@ -39,10 +48,11 @@ def sinusoidal_case(draw: st.DrawFn, dtype: Format) -> Case:
 @st.composite
 def learned_case(draw: st.DrawFn, dtype: Format) -> Case:
     """A table of L rows and T in-range positions, repeats likely (a repeated position's gradient adds up)."""
-    n = draw(st.one_of(st.integers(1, 16), sampled_from([512, 2048])), label="L")
-    d = draw(st.integers(1, 48), label="d")
+    dims = Dims(draw, LEARNED_SHAPES)
+    n = dims("L", st.one_of(st.integers(1, 16), sampled_from([512, 2048])))
+    d = dims("d", st.integers(1, 48))
     seed = draw(seeds, label="seed")
-    t = draw(st.integers(1, 12), label="T")
+    t = dims("T", st.integers(1, 12))
     pos = np.random.default_rng(seed).integers(0, min(n, draw(sampled_from([2, 4, n]), label="distinct")), size=t)
     if draw(st.booleans(), label="last row"):
         pos[-1] = n - 1  # the largest defined position, L − 1
@@ -52,15 +62,16 @@ def learned_case(draw: st.DrawFn, dtype: Format) -> Case:
 
 @st.composite
 def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
-    h = draw(HEADS, label="H")
-    tq, tk = draw(st.integers(1, 5), label="Tq"), draw(st.integers(1, 6), label="Tk")
+    dims = Dims(draw, ALIBI_SHAPES)
+    h = dims("H", HEADS)
+    tq, tk = dims("Tq", st.integers(1, 5)), dims("Tk", st.integers(1, 6))
     seed = draw(seeds, label="seed")
     start = draw(sampled_from([0, 0, 7, 4090, 30000, 70_000]), label="first position")
     qp = start + np.sort(np.random.default_rng(seed).integers(0, draw(sampled_from([8, 64, 5000])), size=tq))
     kp = start + np.arange(tk, dtype=np.int64) * draw(st.integers(1, 9), label="key stride")
     # up to 2^9: within 8 binades of float16's overflow
     mag = draw(st.one_of(st.just(0.0), magnitudes(-4, 5), magnitudes(8, 9)), label="|scores|")
-    scores = fill(dtype, (draw(st.integers(1, 2), label="batch"), h, tq, tk), mag, seed + 1)
+    scores = fill(dtype, (dims("batch", st.integers(1, 2)), h, tq, tk), mag, seed + 1)
     return Case(
         {"scores": scores, "q_positions": qp.astype(np.int64), "k_positions": kp.astype(np.int64)},
         {},
@@ -101,13 +112,14 @@ def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim:
 
 @st.composite
 def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SCALING_TYPES) -> Case:
-    half = draw(st.one_of(st.integers(2, 8), sampled_from([16, 32, 64])), label="d/2")
+    dims = Dims(draw, ROPE_SCALED_SHAPES)
+    half = dims("d/2", st.one_of(st.integers(2, 8), sampled_from([16, 32, 64])))
     d = 2 * half
-    rotary_dim = draw(st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)), label="rotary_dim")
-    t = draw(st.integers(1, 5), label="T")
+    rotary_dim = dims("rotary_dim", st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)))
+    t = dims("T", st.integers(1, 5))
     seed = draw(seeds, label="seed")
     base = draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base")
-    x = fill(dtype, (draw(st.integers(1, 2), label="heads"), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
+    x = fill(dtype, (dims("heads", st.integers(1, 2)), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
     rule = draw(scaling(kinds, rotary_dim or d))
     return Case(
         {"x": x, "positions": draw(positions(t, long_positions(dtype)))},

@@ -1,0 +1,84 @@
+"""Shape plans: the shapes a check draws for a candidate that compiles a program per shape.
+
+A compiled candidate (``torch.compile`` without dynamic sizes, ``jax.jit``, an ONNX export, a Triton or Pallas
+kernel specialised on its sizes) builds a new program for every new shape it is called with, and building
+costs seconds where checking costs milliseconds. An operation it declares ``compiles="per_shape"``
+(``Capability.compiles``, docs/adapter-contract.md) is checked under a *plan*: the examples draw their values
+(magnitudes, offsets, seeds, parameters) as freely as ever, but their shapes from the small set stated here
+beside each family's free draws, so each program is built once and checked many times. The size regimes keep
+their shapes (conformance/strategies/sizes.py); properties that derive inputs of other shapes from a case (a
+longer sequence, fewer queries) keep deriving them. Without a plan (every other candidate) the draws are
+exactly the free ones, in the same order, so the ``ci`` sample of an eager candidate does not move.
+
+A strategy draws its shape through :class:`Dims`::
+
+    dims = Dims(draw, NORM_SHAPES)           # under a plan: one planned shape, drawn here
+    rows = dims("rows", st.integers(1, 4))   # free: this draw; planned: the planned shape's "rows"
+    n = dims("n", WIDTHS)
+
+The plugin (conformance/runner/plugin.py) switches the plan on for a check whose operation the adapter
+declares ``compiles="per_shape"``, and the report says which operations ran under one (``reached``: the shapes
+each was called with, and the programs the candidate built, where it counts them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+
+from transformer_conformance.conformance.strategies.choices import sampled_from
+
+T = TypeVar("T")
+
+#: One planned shape: the value of each shape label of a strategy's draws.
+Shape = Mapping[str, Any]
+
+_ACTIVE: list[bool] = [False]
+
+
+def active() -> bool:
+    """Whether the check running now draws its shapes from the plans."""
+    return _ACTIVE[-1]
+
+
+@contextmanager
+def planned(on: bool = True) -> Iterator[None]:
+    """Draw shapes from the plans (``on``) or freely, inside the block."""
+    _ACTIVE.append(on)
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+
+
+class Dims:
+    """The shape labels of one strategy's draws: free draws, or the values of one shape of ``shapes`` (those
+    that satisfy ``fits``), drawn once, labelled "planned shape", when the plan is on."""
+
+    def __init__(self, draw: st.DrawFn, shapes: Sequence[Shape], fits: Callable[[Shape], bool] | None = None) -> None:
+        self._draw = draw
+        self._shape: Shape | None = None
+        if active():
+            usable = [s for s in shapes if fits is None or fits(s)]
+            if not usable:
+                raise ValueError(f"no planned shape fits this draw (of {list(shapes)})")
+            self._shape = draw(sampled_from(usable), label="planned shape")
+
+    def __call__(self, label: str, free: st.SearchStrategy[T]) -> T:
+        if self._shape is None:
+            return self._draw(free, label=label)
+        if label not in self._shape:
+            raise KeyError(f"the planned shape {dict(self._shape)} has no {label!r}")
+        value: T = self._shape[label]
+        return value
+
+
+def shapes(labels: Sequence[str], *rows: tuple[Any, ...]) -> tuple[Shape, ...]:
+    """Planned shapes written as rows of values for ``labels``: ``shapes(("rows", "n"), (3, 5), (2, 64))``."""
+    for row in rows:
+        if len(row) != len(labels):
+            raise ValueError(f"planned shape {row} has {len(row)} values for the {len(labels)} labels {labels}")
+    return tuple(dict(zip(labels, row, strict=True)) for row in rows)

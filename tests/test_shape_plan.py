@@ -1,0 +1,171 @@
+"""Shape plans (conformance/strategies/plan.py): without a plan the strategies draw exactly what they drew before
+(the ``ci`` sample of an eager candidate does not move); under one, every case strategy draws its shapes from the
+few it states, and a run of an operation declared ``compiles="per_shape"`` builds each program once, as the report
+says (``reached``: shapes, planned calls, programs built)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conformance_run import run_suite
+from transformer_conformance.adapters.contract import SOFTCAPS, Capability
+from transformer_conformance.adapters.numpy.adapter import NumpyAdapter
+from transformer_conformance.conformance.strategies import (
+    blocks,
+    common,
+    linear_losses,
+    local_attention,
+    losses,
+    mla,
+    moe,
+    mrope,
+    plan,
+    positions,
+)
+from transformer_conformance.conformance.strategies.common import Case
+from transformer_conformance.reference.formats import fmt
+
+F32 = fmt("float32")
+
+#: each case strategy, and how many shapes its plan allows (the planned shapes that fit its options)
+STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] = {
+    "norm": (lambda: common.norm_case(F32, with_bias=True), 4),
+    "rope": (lambda: common.rope_case(F32), 4),
+    "swiglu": (lambda: common.swiglu_case(F32), 4),
+    "logits": (lambda: common.logits_case(F32, with_targets=True), 4),
+    "attention": (lambda: blocks.attention_case(F32), 4),
+    "attention, fewer queries": (lambda: blocks.attention_case(F32, causal=True, fewer_queries=True), 2),
+    "attention, even D": (lambda: blocks.attention_case(F32, even_d=True), 2),
+    "mlp": (lambda: blocks.mlp_case(F32, gated=True), 4),
+    "block": (lambda: blocks.block_case(F32), 3),
+    "lm head": (lambda: blocks.lm_head_case(F32), 3),
+    "sliding window": (lambda: local_attention.sliding_window_case(F32, SOFTCAPS), 4),
+    "chunked": (lambda: local_attention.chunked_case(F32), 4),
+    "sinks": (lambda: local_attention.sink_case(F32), 4),
+    "ignored tokens": (lambda: losses.ignored_case(F32), 4),
+    "soft-capped logits": (lambda: losses.softcap_case(F32), 3),
+    "linear cross-entropy": (lambda: linear_losses.linear_ce_case(F32, ("mean", "none")), 3),
+    "mla": (lambda: mla.mla_case(F32, ("naive", "absorbed")), 3),
+    "router": (lambda: moe.router_case(F32), 3),
+    "aux loss": (lambda: moe.aux_loss_case(F32), 3),
+    "router z-loss": (lambda: moe.z_loss_case(F32), 3),
+    "mrope": (lambda: mrope.mrope_case(F32, ("sections", "interleaved")), 3),
+    "temperature": (lambda: mrope.temperature_case(F32), 3),
+    "sinusoidal": (lambda: positions.sinusoidal_case(F32), 3),
+    "learned": (lambda: positions.learned_case(F32), 3),
+    "alibi": (lambda: positions.alibi_case(F32), 3),
+    "rope scaled": (lambda: positions.rope_scaled_case(F32), 3),
+}
+
+
+def _shapes(case: Case) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((k, v.shape) for k, v in case.inputs.items() if v.dtype.kind not in "iu")
+
+
+def _draw_many(strategy: st.SearchStrategy[Case], on: bool, n: int = 60) -> set[Any]:
+    seen: set[Any] = set()
+
+    @settings(max_examples=n, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def collect(case: Case) -> None:
+        seen.add(_shapes(case))
+
+    with plan.planned(on):
+        collect()
+    return seen
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_a_plan_draws_only_its_shapes(name: str) -> None:
+    make, allowed = STRATEGIES[name]
+    planned, free = _draw_many(make(), True), _draw_many(make(), False)
+    assert 1 <= len(planned) <= allowed, sorted(planned)
+    assert len(free) > allowed, f"{name}: the free draws should vary the shapes more than the plan does"
+
+
+def test_free_draws_are_the_strategies_own() -> None:
+    """Without a plan, Dims draws nothing of its own: each label's draw is the free strategy's, in order."""
+    calls: list[tuple[Any, str]] = []
+
+    def draw(strategy: Any, label: str = "") -> int:
+        calls.append((strategy, label))
+        return 3
+
+    rows, cols = st.integers(1, 4), st.integers(5, 9)
+    dims = plan.Dims(draw, plan.shapes(("rows", "n"), (2, 7)))
+    assert (dims("rows", rows), dims("n", cols)) == (3, 3)
+    assert calls == [(rows, "rows"), (cols, "n")]
+
+
+def test_a_plan_draws_one_shape_first() -> None:
+    calls: list[str] = []
+
+    def draw(strategy: st.SearchStrategy[Any], label: str = "") -> Any:
+        calls.append(label)
+        return {"rows": 2, "n": 7}
+
+    with plan.planned():
+        dims = plan.Dims(draw, plan.shapes(("rows", "n"), (2, 7), (3, 9)))
+        assert (dims("rows", st.integers(1, 4)), dims("n", st.integers(1, 4))) == (2, 7)
+    assert calls == ["planned shape"]
+    with plan.planned(), pytest.raises(ValueError, match="no planned shape fits"):
+        plan.Dims(draw, plan.shapes(("rows", "n"), (2, 7)), lambda s: s["rows"] > 2)
+
+
+def test_shapes_rows_have_a_value_per_label() -> None:
+    with pytest.raises(ValueError, match="2 values for the 3 labels"):
+        plan.shapes(("a", "b", "c"), (1, 2))
+
+
+class PerShape(NumpyAdapter):
+    """The oracle as a candidate that 'compiles' a program for each new signature (op, dtype, shapes) and says so."""
+
+    name = "per-shape"
+    OPS = ("rms_norm", "attention")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capabilities = {op: Capability(compiles="per_shape") for op in self.OPS}
+        self._built: set[Any] = set()
+
+    def compiles(self) -> int:
+        return len(self._built)
+
+    def _build(self, op: str, inputs: Mapping[str, np.ndarray], grad: bool) -> None:
+        self._built.add((op, grad, tuple((k, v.dtype.str, v.shape) for k, v in inputs.items())))
+
+    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
+        self._build(op, inputs, False)
+        return super().forward(op, inputs, params)
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> Mapping[str, np.ndarray]:
+        self._build(op, inputs, True)
+        return super().vjp(op, inputs, params, cotangent)
+
+
+@pytest.mark.slow  # a whole conformance run (two behaviours, three dtypes)
+def test_a_per_shape_candidate_runs_under_the_plan(tmp_path: Path) -> None:
+    run = run_suite(
+        tmp_path, "--adapter=tests.test_shape_plan:PerShape", "--behaviour=rms_norm", "-k", "forward or gradient"
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    reached = run.report["reached"]["per-shape"]
+    caps = run.report["adapters"][0]["capabilities"]
+    assert caps["rms_norm"]["compiles"] == "per_shape"
+    norm = reached["rms_norm"]
+    # the planned shapes, and the size regimes' two (which keep theirs)
+    assert all(n <= len(common.NORM_SHAPES) + 2 for n in norm["shapes"].values()), norm["shapes"]
+    assert norm["planned_calls"] == norm["calls"]  # every check of the operation ran under the plan
+    # a program for each shape, forward and backward: built once, checked by the other examples
+    for dtype, built in norm["compiles"].items():
+        assert built <= 2 * norm["shapes"][dtype], (dtype, built)
+    assert norm["calls"] > 4 * sum(norm["compiles"].values())
