@@ -136,6 +136,8 @@ ENTRY = 'check = "rms_norm/forward"\nstatus = "fail"\nreason = "r"\n'
         ("[[expect]]\n" + ENTRY + 'match = "got (nan"\n', "'match' 'got (nan' is not a regular expression: "),
         ("[[expect]]\n" + ENTRY + 'match = ""\n', "'match' must be a non-empty regular expression"),
         ('[[expect]]\ncheck = "rms_norm"\nstatus = "skip"\nreason = "r"\nmatch = "nan"\n', "'match' belongs to"),
+        ("[[expect]]\n" + ENTRY + 'sometimes = "yes"\n', "'sometimes' must be true or false"),
+        ('[[expect]]\ncheck = "rms_norm"\nstatus = "skip"\nreason = "r"\nsometimes = true\n', "'sometimes' belongs to"),
     ],
     ids=[
         "missing-file",
@@ -151,6 +153,8 @@ ENTRY = 'check = "rms_norm/forward"\nstatus = "fail"\nreason = "r"\n'
         "bad-match",
         "empty-match",
         "match-on-skip",
+        "sometimes-not-bool",
+        "sometimes-on-skip",
     ],
 )
 def test_malformed_file_is_one_line(tmp_path: Path, text: str | None, expected: str) -> None:
@@ -218,6 +222,19 @@ def test_unexpected_pass_is_a_warning(known_run: Run) -> None:
     assert "UNEXPECTEDLY PASSED: z-loss-linear z_loss/default-alpha" in known_run.stdout
     assert "1 check unexpectedly passed" in (known_run.report_dir / "report.md").read_text()
     assert 'id="unexpected"' in (known_run.report_dir / "report.html").read_text()
+
+
+def test_a_failure_only_some_samples_reach_may_pass(tmp_path: Path) -> None:
+    """A "sometimes" entry whose check passes (this sample missed the failure): passed, the entry named, no warning."""
+    alpha = 'reason = "thought to use alpha 1e-3"'
+    text = KNOWN.replace(alpha, alpha + "\nsometimes = true")
+    run = run_suite(tmp_path / "out", *ZLOSS, "-k", "not regime", "--expectations", str(_write(tmp_path, text)))
+    assert run.returncode == 0, run.stdout[-3000:]
+    (c,) = run.checks(check="z_loss/default-alpha")
+    assert c["status"] == "passed" and c["expectation"]["sometimes"] is True
+    assert "unexpectedly passed" not in run.stdout and validate(run.report) == []
+    (entry,) = [e for e in run.report["expectations"]["entries"] if e["check"] == "z_loss/default-alpha"]
+    assert entry["sometimes"] is True and entry["matched"] == 1
 
 
 def test_unmatched_entry_is_warned_and_listed(known_run: Run) -> None:

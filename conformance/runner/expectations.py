@@ -9,6 +9,7 @@ A TOML file of ``[[expect]]`` entries, read with the standard library's ``tomlli
     status = "fail"                # "fail": known failure; "skip": do not run
     reason = "why"                 # required, not empty
     match = "got nan"              # optional ("fail" only): a regular expression every failure's message must contain
+    sometimes = true               # optional ("fail" only): only some samples reach the failure; a pass is expected
 
 :func:`load` turns a file into :class:`Entry` values or raises :class:`ExpectationError` with one line
 saying what is wrong; :func:`decide` picks the entry that decides a check's verdict.
@@ -29,7 +30,7 @@ from transformer_conformance.reference.formats import TESTED_DTYPES
 FAIL = "fail"
 SKIP = "skip"
 STATUSES = (FAIL, SKIP)
-KEYS = ("check", "dtype", "adapter", "status", "reason", "match")
+KEYS = ("check", "dtype", "adapter", "status", "reason", "match", "sometimes")
 _HEADER = re.compile(r"^\s*\[\[\s*[\"']?expect[\"']?\s*\]\]")
 
 
@@ -54,6 +55,8 @@ class Entry:
     reason: str
     line: int = 1  # the line of its [[expect]] header, where warnings point
     match: str | None = None  # a "fail" entry's regular expression; None: any failure of the check is the known one
+    #: a "fail" entry whose failure only some samples reach (random seeds; a shape plan's): a pass is no surprise
+    sometimes: bool = False
 
     @property
     def behaviour(self) -> str | None:
@@ -86,12 +89,15 @@ class Entry:
             parts.append(f"adapter {self.adapter}")
         if self.match is not None:
             parts.append(f"match {self.match!r}")
+        if self.sometimes:
+            parts.append("sometimes")
         return f"{self.file} entry {self.index} ({'; '.join(parts)}; status {self.status})"
 
     def ref(self) -> dict[str, Any]:
         """What a check decided by this entry carries in report.json."""
         ref = {"file": self.file, "entry": self.index, "status": self.status, "reason": self.reason}
-        return ref | ({"match": self.match} if self.match is not None else {})
+        ref |= {"match": self.match} if self.match is not None else {}
+        return ref | ({"sometimes": True} if self.sometimes else {})
 
     def to_json(self, matched: int) -> dict[str, Any]:
         return {
@@ -103,6 +109,7 @@ class Entry:
             "status": self.status,
             "reason": self.reason,
             **({"match": self.match} if self.match is not None else {}),
+            **({"sometimes": True} if self.sometimes else {}),
             "matched": matched,
         }
 
@@ -168,7 +175,12 @@ def _entry(raw: Any, file: str, index: int, line: int) -> Entry:
             re.compile(match)
         except re.error as exc:
             raise _fail(where, f"'match' {match!r} is not a regular expression: {exc}") from None
-    return Entry(file, index, check, dtypes, adapter, status, reason.strip(), line, match)
+    sometimes = raw.get("sometimes", False)
+    if not isinstance(sometimes, bool):
+        raise _fail(where, "'sometimes' must be true or false")
+    if sometimes and status != FAIL:
+        raise _fail(where, "'sometimes' belongs to a \"fail\" entry: it says only some samples reach the failure")
+    return Entry(file, index, check, dtypes, adapter, status, reason.strip(), line, match, sometimes)
 
 
 def parse(text: str, file: str) -> list[Entry]:
