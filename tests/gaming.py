@@ -82,22 +82,27 @@ class CachesByShape(NumpyAdapter):
 
 
 class LastBitNoise(NumpyAdapter):
-    """rms_norm in float32, its sum of squares taken in an order drawn at each call (a reduction whose order a
-    kernel picks at run time): within the budget of float32 arithmetic every time, not the same bits twice."""
+    """rms_norm in float32 whose every other call comes back one ulp off in its first element (as a reduction whose
+    order a kernel picks at run time makes it): within the budget of float32 arithmetic every time, not the same
+    bits twice in a row (a random order gave the same bits now and then on short rows)."""
 
     name = "last-bit-noise"
 
     def __init__(self) -> None:
         super().__init__()
         self.conventions = replace(self.conventions, compute_dtype="float32")
+        self._calls = 0
 
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         x = inputs.get("x")
         if op != "rms_norm" or x is None or x.dtype != np.float32 or params.get("eps") is None:
             return super().forward(op, inputs, params)
-        order = np.random.default_rng().permutation(x.shape[-1])
-        ms = np.mean(np.square(x[..., order]), axis=-1, keepdims=True, dtype=np.float32)
+        ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)
         out: np.ndarray = x * (np.float32(1) / np.sqrt(ms + np.float32(params["eps"]))) * inputs["weight"]
+        self._calls += 1
+        if self._calls % 2 and out.size:
+            flat = out.reshape(-1)
+            flat[0] = np.nextafter(flat[0], np.float32(np.inf))
         return out
 
 
