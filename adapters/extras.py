@@ -45,4 +45,7 @@ EXTRAS: dict[str, str] = {
     "keras-hub": "keras-hub",
     "equinox": "equinox",
     "pallas": "pallas",
+    "litgpt": "litgpt",
+    "cce": "cce",
+    "cce-torch-compile": "cce",
 }

@@ -48,7 +48,10 @@ BUILTIN: dict[str, str] = {
     "torchtune": "transformer_conformance.adapters.torchtune.adapter:TorchtuneAdapter",
     "keras-hub": "transformer_conformance.adapters.keras_hub.adapter:KerasHubAdapter",
     "equinox": "transformer_conformance.adapters.equinox.adapter:EquinoxAdapter",
+    "cce": "transformer_conformance.adapters.cce.adapter:CCEAdapter",
+    "cce-torch-compile": "transformer_conformance.adapters.cce.adapter:CCETorchCompileAdapter",
     "pallas": "transformer_conformance.adapters.pallas.adapter:PallasAdapter",
+    "litgpt": "transformer_conformance.adapters.litgpt.adapter:LitgptAdapter",
 }
 
 

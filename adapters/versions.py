@@ -100,6 +100,13 @@ EQUINOX = Supported("equinox", "0.13", "0.14")
 #: Pallas's GPU normalisation kernels under the interpreter, as measured on jax 0.10 (the kernels' options and
 #: the interpreter's load/store API change between JAX releases)
 PALLAS_JAX = Supported("jax", "0.10", "0.11")
+#: LitGPT as measured on 0.5.13, the only release run (earlier 0.5.x releases were not measured)
+LITGPT = Supported("litgpt", "0.5.13", "0.6")
+#: Cut Cross-Entropy as measured on 25.1 (its kernels' interfaces and the float32 backward's refusal)
+CCE = Supported("cut-cross-entropy", "25.1", "25.2")
+#: the torch and Triton series the litgpt and cce adapters were run on, and so all they state
+TORCH_2_13 = Supported("torch", "2.13", "2.14")
+TRITON_3_9 = Supported("triton", "3.9", "3.10")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -147,6 +154,9 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "keras-hub": (KERAS_HUB, KERAS, JAX),
     "equinox": (EQUINOX, JAX),
     "pallas": (PALLAS_JAX,),
+    "litgpt": (LITGPT, TORCH_2_13),
+    "cce": (CCE, TRITON_3_9, TORCH_2_13),
+    "cce-torch-compile": (CCE, TRITON_3_9, TORCH_2_13),
 }
 
 

@@ -199,6 +199,10 @@ class RmsNormGradIntoCotangent(torch.autograd.Function):
         return g, dw.to(w.dtype), None
 
 
+#: bfloat16's ε / 32, Cut Cross-Entropy's gradient filter for bfloat16 (``filter_eps="high"``)
+BFLOAT16_FILTER = 2.0**-12
+
+
 class LinearCrossEntropyFused(torch.autograd.Function):
     """Cross-entropy of x·Wᵀ + b in float32 with the gradients computed in the forward, as fused-linear-cross-
     entropy kernels do, for a unit cotangent (1/#valid per valid token for the mean), and scaled by the upstream
@@ -208,7 +212,9 @@ class LinearCrossEntropyFused(torch.autograd.Function):
     the tokens in chunks as Liger-Kernel's fused kernel sizes them (next_pow2(N / ⌈V/H⌉) tokens) and accumulates
     ∂W and ∂b chunk by chunk in the weight's dtype, each chunk's addition rounded (right in float32);
     "lse_no_rescale" takes the logsumexp over vocabulary chunks of 32,768 without rescaling the running sum
-    (``chunked_logsumexp``) and the gradient's softmax as exp(u − lse), as an online-softmax kernel does."""
+    (``chunked_logsumexp``) and the gradient's softmax as exp(u − lse), as an online-softmax kernel does;
+    "filter_bf16_eps" drops every entry of softmax − onehot below bfloat16's ε/32 (2^-12) whatever the dtype, as a
+    gradient-filtering kernel does (Cut Cross-Entropy's default ``filter_eps``, in bfloat16)."""
 
     @staticmethod
     def forward(
@@ -229,6 +235,8 @@ class LinearCrossEntropyFused(torch.autograd.Function):
         per = torch.where(valid, lse - u.gather(-1, safe[:, None])[:, 0], 0.0)
         d = torch.exp(u - lse[:, None]) if defect == "lse_no_rescale" else torch.softmax(u, dim=-1)
         d[torch.arange(len(safe)), safe] -= 1.0
+        if defect == "filter_bf16_eps":
+            d = torch.where(d.abs() < BFLOAT16_FILTER, 0.0, d)
         d_w = d.clone() if defect == "unmasked_weight" else None
         d = d * valid[:, None]
         n = valid.sum()

@@ -683,6 +683,28 @@ def rope_linear_factor_ignored(a: MutantAdapter) -> None:
 
 @mutant(
     "rope_scaling",
+    "rope_scaled/forward",
+    "YaRN's ramp inverted, as LitGPT 0.5.13's build_rope_cache blends it: the high-frequency pairs interpolated "
+    "and the low-frequency ones kept, where YaRN keeps the first and interpolates the second",
+)
+def rope_yarn_ramp_inverted(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if not scaling or scaling["type"] != "yarn":
+            return plain(x, positions, base, rotary_dim, scaling)
+        rd = x.shape[-1] if rotary_dim is None else rotary_dim
+        right, factor = rope_scaled_inv_freq(rd, base, scaling, 0, x.device)
+        kept = rope_scaled_inv_freq(rd, base, None, 0, x.device)[0]
+        # right = (kept/s)·ramp + kept·(1 − ramp); inverted, (kept/s)·(1 − ramp) + kept·ramp = kept/s + kept − right
+        inv_freq = kept / float(scaling["factor"]) + kept - right
+        return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq, factor)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
     "rope_scaled/longrope-boundary",
     "LongRoPE chooses its long factors by the last position, not the length: a call ending at position L (n = L + 1) "
     "still rotates with the short ones",
@@ -997,6 +1019,16 @@ def lce_chunk_accumulator_input_dtype(a: MutantAdapter) -> None:
 )
 def lce_chunked_no_rescale(a: MutantAdapter) -> None:
     a.impl["linear_cross_entropy"] = _fused_lce("lse_no_rescale")
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/gradient",
+    "fused kernel's gradient filter: ∂logits below 2^-12 dropped in every dtype (bfloat16's ε/32, Cut "
+    "Cross-Entropy's default filter_eps in bfloat16; its float16 one, 2^-15, fails the same way)",
+)
+def lce_gradient_filter_bf16_eps(a: MutantAdapter) -> None:
+    a.impl["linear_cross_entropy"] = _fused_lce("filter_bf16_eps")
 
 
 @mutant(

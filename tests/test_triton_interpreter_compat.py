@@ -98,7 +98,9 @@ def test_libdevice_gap_is_still_upstream(interpret: None, name: str, monkeypatch
         )
 
 
-@pytest.mark.parametrize(("name", "exact"), [("rsqrt", lambda v: 1 / np.sqrt(v)), ("tanh", np.tanh)])
+@pytest.mark.parametrize(
+    ("name", "exact"), [("rsqrt", lambda v: 1 / np.sqrt(v)), ("tanh", np.tanh), ("log1p", np.log1p)]
+)
 def test_libdevice_bridge(
     interpret: None, name: str, exact: Callable[[np.ndarray], np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,3 +120,22 @@ def test_bridge_rebinds_only_stubs() -> None:
     assert compat.bridge_libdevice(module) == ["rsqrt"]
     assert module.rsqrt is compat.LIBDEVICE_BRIDGES["rsqrt"]  # type: ignore[attr-defined]
     assert module.erf is libdevice.erf and module.sqrt is np.sqrt  # type: ignore[attr-defined]
+
+
+def test_bridge_stands_in_for_an_imported_libdevice() -> None:
+    """A module that imported libdevice itself gets the bridges through it, the other stubs unchanged."""
+    import types
+
+    from triton.language.extra import libdevice as module_itself
+
+    module = types.ModuleType("kernels")
+    module.tl_libdevice = module_itself  # type: ignore[attr-defined]
+    assert compat.bridge_libdevice(module) == [f"tl_libdevice.{n}" for n in compat.LIBDEVICE_BRIDGES]
+    stand_in = module.tl_libdevice  # type: ignore[attr-defined]
+    assert stand_in.log1p is compat.LIBDEVICE_BRIDGES["log1p"] and stand_in.erf is libdevice.erf
+
+
+def test_bridged_libdevice_runs_in_a_kernel(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in = compat.BridgedLibdevice(libdevice)
+    got = _run(_libdevice_kernel(stand_in.log1p, monkeypatch)).numpy()
+    np.testing.assert_allclose(got, np.log1p([0.25, 1.0, 2.0, 4.0]), rtol=2**-22)

@@ -11,7 +11,9 @@ Measured on triton 3.9.0 (tests/test_triton_interpreter_compat.py tells when eac
   resolves to the backend's device library; the interpreter never does, so ``rsqrt(x)`` or ``tanh(x)``
   returns None. ``bridge_libdevice`` rebinds, in a kernel module's globals, the stubs it imported to
   NumPy-backed equivalents looked up when the kernel runs (the interpreter patches ``triton.language.math``
-  only while a kernel runs, so the lookup must be late).
+  only while a kernel runs, so the lookup must be late). A module that imported libdevice itself
+  (``from triton.language.extra import libdevice as tl_libdevice``, as Cut Cross-Entropy's kernels do) gets a
+  stand-in for it: the bridged functions, and libdevice's own stubs for the rest.
 
 Nothing here changes a kernel's arithmetic beyond what the interpreter does anyway: float32 NumPy.
 """
@@ -66,10 +68,12 @@ def _numpy_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[Any], Any]
     return apply
 
 
-#: libdevice function name -> an interpreter implementation (the ones Liger-Kernel's kernels use)
+#: libdevice function name -> an interpreter implementation (the ones Liger-Kernel's and Cut Cross-Entropy's
+#: kernels use)
 LIBDEVICE_BRIDGES: dict[str, Callable[[Any], Any]] = {
     "rsqrt": _rsqrt,
     "tanh": _numpy_unary(np.tanh),
+    "log1p": _numpy_unary(np.log1p),
 }
 
 
@@ -77,14 +81,30 @@ def is_libdevice_stub(obj: object) -> bool:
     return isinstance(obj, types.FunctionType) and obj.__module__ == LIBDEVICE_MODULE
 
 
+class BridgedLibdevice(types.SimpleNamespace):
+    """Stands in for the libdevice module in a kernel module's globals: its functions with a bridge are the
+    bridges, the others libdevice's own stubs (a kernel that calls one still fails, visibly)."""
+
+    def __init__(self, libdevice: types.ModuleType) -> None:
+        super().__init__(**LIBDEVICE_BRIDGES)
+        self._libdevice = libdevice
+
+    def __getattr__(self, name: str) -> Any:  # only for names without a bridge
+        return getattr(self._libdevice, name)
+
+
 def bridge_libdevice(module: types.ModuleType) -> list[str]:
-    """Rebind the libdevice stubs ``module`` imported into its globals; return the names rebound. A stub
-    without a bridge is left alone (a kernel that calls it still fails, visibly)."""
+    """Rebind the libdevice stubs ``module`` imported into its globals, and the libdevice module itself where
+    it imported that; return the names rebound. A stub without a bridge is left alone (a kernel that calls it
+    still fails, visibly)."""
     done = []
     for name, obj in list(vars(module).items()):
         if is_libdevice_stub(obj) and obj.__name__ in LIBDEVICE_BRIDGES:
             setattr(module, name, LIBDEVICE_BRIDGES[obj.__name__])
             done.append(name)
+        elif isinstance(obj, types.ModuleType) and obj.__name__ == LIBDEVICE_MODULE:
+            setattr(module, name, BridgedLibdevice(obj))
+            done.extend(f"{name}.{fn}" for fn in LIBDEVICE_BRIDGES)
     return done
 
 
