@@ -4,8 +4,6 @@ program handed to XLA. A compile served from JAX's in-memory cache sends none; n
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 
 #: the event JAX records for every program it hands to the backend compiler (jax._src.dispatch)
@@ -15,7 +13,7 @@ _COUNT = [0]
 _LISTENING = [False]
 
 
-def _listen(event: str, duration: float, **_: Any) -> None:
+def _listen(event: str, duration_secs: float, **_: str | int) -> None:
     if event == BACKEND_COMPILE:
         _COUNT[0] += 1
 

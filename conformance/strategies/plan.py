@@ -56,9 +56,12 @@ def planned(on: bool = True) -> Iterator[None]:
 
 class Dims:
     """The shape labels of one strategy's draws: free draws, or the values of one shape of ``shapes`` (those
-    that satisfy ``fits``), drawn once, labelled "planned shape", when the plan is on."""
+    that satisfy ``fits``), drawn once, labelled "planned shape", when the plan is on. ``draw`` is a composite
+    strategy's ``draw`` or a check's ``data.draw``."""
 
-    def __init__(self, draw: st.DrawFn, shapes: Sequence[Shape], fits: Callable[[Shape], bool] | None = None) -> None:
+    def __init__(
+        self, draw: Callable[..., Any], shapes: Sequence[Shape], fits: Callable[[Shape], bool] | None = None
+    ) -> None:
         self._draw = draw
         self._shape: Shape | None = None
         if active():
