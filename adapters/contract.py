@@ -429,11 +429,32 @@ class Capability:
     #: "per_shape": the candidate builds a program per shape of the inputs (``Compiles``), and the checks draw
     #: the operation's shapes from the plan; "no" (the default): shapes are drawn freely
     compiles: Compiles = "no"
+    #: the operation's kernels run in an interpreter (Triton's ``TRITON_INTERPRET=1``, Pallas's ``interpret=True``),
+    #: every program of their grid in Python: each size regime then runs once, in the operation's narrowest declared
+    #: dtype (``regime_dtype``), where accumulations lose most, and is skipped in the others — the regime's shape,
+    #: not its repetition (a regime of 32,768 rows takes minutes there)
+    interpreted: bool = False
 
     def declared(self, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
         """Those of ``values`` (in their order) this capability declares for the choice ``key``."""
         allowed = self.values.get(key)
         return values if allowed is None else tuple(v for v in values if v in allowed)
+
+
+def interpreted(table: Mapping[str, Capability]) -> dict[str, Capability]:
+    """``table`` with every operation declared ``interpreted`` (its kernels run in an interpreter)."""
+    return {op: replace(cap, interpreted=True) for op, cap in table.items()}
+
+
+#: the order in which an interpreted operation's size regimes pick their one dtype: the narrowest declared
+REGIME_DTYPE_ORDER = ("bfloat16", "float16", "float32")
+
+
+def regime_dtype(cap: Capability) -> str | None:
+    """The one dtype an interpreted operation's size regimes run in (None: every declared dtype, not interpreted)."""
+    if not getattr(cap, "interpreted", False):
+        return None
+    return next((d for d in REGIME_DTYPE_ORDER if d in cap.dtypes), None)
 
 
 def per_shape(table: Mapping[str, Capability], skip: frozenset[str] = frozenset()) -> dict[str, Capability]:
@@ -500,6 +521,8 @@ def validate(obj: object, origin: str) -> Adapter:
             raise ContractError(f"{origin}: capabilities[{op!r}] names unknown dtype(s) {', '.join(bad)}")
         _validate_values(origin, op, cap)
         _validate_autocast(obj, origin, op, cap)
+        if not isinstance(getattr(cap, "interpreted", False), bool):
+            raise ContractError(f"{origin}: capabilities[{op!r}].interpreted must be True or False")
         compiles = getattr(cap, "compiles", "no")  # a Capability of an older contract may lack it
         if compiles not in COMPILES:
             raise ContractError(

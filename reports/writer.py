@@ -178,6 +178,8 @@ def _capability(c: Any) -> dict[str, Any]:
     compiles = getattr(c, "compiles", "no")
     if compiles != "no":
         out["compiles"] = compiles
+    if getattr(c, "interpreted", False):
+        out["interpreted"] = True
     return out
 
 

@@ -114,7 +114,8 @@ class CCEAdapter(TorchAdapter):
         self.check_device(device)
         super().__init__(device)
         self.conventions = self.declared()
-        self.capabilities = {OP: Capability(dtypes=self.dtypes())}
+        # under Triton's interpreter every program of a kernel's grid runs in Python: each size regime runs once
+        self.capabilities = {OP: Capability(dtypes=self.dtypes(), interpreted=not self.compiled())}
         self.impl = {OP: _op(self.impl_name)}
 
     def check_device(self, device: str) -> None:

@@ -106,7 +106,7 @@ from liger_kernel.transformers.functional import (  # noqa: E402
     liger_swiglu,
 )
 
-from transformer_conformance.adapters.contract import Capability, Conventions  # noqa: E402
+from transformer_conformance.adapters.contract import Capability, Conventions, interpreted  # noqa: E402
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, with_autocast  # noqa: E402
 from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
 
@@ -278,6 +278,8 @@ class LigerAdapter(TorchAdapter):
         super().__init__(device, rope_layout="half")
         self.conventions = self.declared()
         self.capabilities = with_autocast(self.declared_capabilities())
+        if INTERPRETED and not device.startswith("cuda"):  # every program of a grid in Python: regimes run once
+            self.capabilities = interpreted(self.capabilities)
         self.impl = _ops(self)
 
     @staticmethod

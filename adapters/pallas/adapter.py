@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_conformance.adapters.contract import Capability, Conventions, per_shape
+from transformer_conformance.adapters.contract import Capability, Conventions, interpreted, per_shape
 from transformer_conformance.adapters.jax.compiles import backend_compiles
 from transformer_conformance.adapters.pallas.attention import attention_forward, attention_vjp
 from transformer_conformance.adapters.versions import SUPPORTED, describe, installed, require
@@ -105,8 +105,9 @@ class PallasAdapter:
         )
         self.capabilities = {op: Capability() for op in ("rms_norm", "layer_norm")}
         self.capabilities["attention"] = Capability(values={"softcap": frozenset({"none"})})
-        # jax.jit traces and compiles a program per shape: the checks draw shapes from the plan
-        self.capabilities = per_shape(self.capabilities)
+        # jax.jit traces and compiles a program per shape (the checks draw shapes from the plan), and the interpreter
+        # runs every program of a kernel's grid in Python (each size regime runs once, in one dtype)
+        self.capabilities = interpreted(per_shape(self.capabilities))
         backend_compiles()  # start counting the programs XLA compiles
 
     def compiles(self) -> int:

@@ -74,7 +74,13 @@ def check(
         grad=grad,
         choices=dict(choices or {}),
         autocast=autocast,
+        regime=is_regime(id),
     )
+
+
+def is_regime(check_id: str) -> bool:
+    """Whether a check is a size regime's (its id ends in ``/regime-forward`` or ``/regime-gradient``)."""
+    return check_id.rsplit("/", 1)[-1] in ("regime-forward", "regime-gradient")
 
 
 def declared(adapter: Adapter, op: str, key: str, values: tuple[str, ...] | None = None) -> tuple[str, ...]:

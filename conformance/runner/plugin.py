@@ -19,7 +19,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
-from transformer_conformance.adapters.contract import AUTOCAST, Adapter
+from transformer_conformance.adapters.contract import AUTOCAST, Adapter, regime_dtype
 from transformer_conformance.adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
 from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
 from transformer_conformance.conformance.harness import autocast, compare, reach
@@ -43,6 +43,8 @@ EXPECT_KEY = pytest.StashKey[list[expectations.Entry]]()
 REACHED_KEY = pytest.StashKey[dict[str, dict[str, dict[str, Any]]]]()
 
 EXPECTED_SKIP = "skipped by expectation: "
+#: the skip message of a size regime an interpreted operation runs in another dtype (contract.regime_dtype)
+INTERPRETED_REGIME = "run once: "
 KNOWN = "known failure: "
 SPEC = "spec"  # adapter column of checks that test the specification itself, not a candidate
 
@@ -274,6 +276,9 @@ def declared_support(request: pytest.FixtureRequest) -> None:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} under autocast in {low}")
         if low is None and dtype.name not in cap.dtypes:
             pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare {op} in {dtype.name}")
+        once = regime_dtype(cap) if meta.get("regime") else None
+        if once is not None and dtype.name != once:
+            pytest.skip(f"{INTERPRETED_REGIME}{adapter.name} runs {op} in an interpreter: its size regimes in {once}")
     if meta.get("grad") and not cap.grad:
         pytest.skip(f"{UNSUPPORTED}{adapter.name} does not declare gradients of {op}")
     for key, values in meta.get("choices", {}).items():
@@ -516,7 +521,7 @@ def _fold(report: pytest.TestReport) -> None:
         elif report.skipped:
             msg = p.get("message", "")
             r["status"] = "unsupported" if msg.startswith(UNSUPPORTED) else "skipped"
-            r["message"] = msg.removeprefix(UNSUPPORTED).removeprefix(EXPECTED_SKIP)
+            r["message"] = msg.removeprefix(UNSUPPORTED).removeprefix(EXPECTED_SKIP).removeprefix(INTERPRETED_REGIME)
             if r["status"] == "unsupported":  # not the candidate's to expect anything of
                 r.pop("expectation", None)
         elif report.passed and hasattr(report, "wasxfail") and r["status"] == "passed":
