@@ -93,3 +93,21 @@ def test_jax_sliding_window_is_exclusive_and_top_left() -> None:
         adapter.conventions = wrong
         with outside_hypothesis(), pytest.raises(CheckFailure, match="should be"):
             check_forward(adapter, "sliding_window_attention", c, dtype, record)
+
+
+def test_programs_are_counted_and_shared(tmp_path: object) -> None:
+    """compiles() counts what XLA compiled, not what the persistent cache served; every jax adapter plans shapes."""
+    import jax
+
+    from transformer_conformance.adapters.jax.compiles import backend_compiles, cache_dir
+
+    adapter = load_adapter("jax")
+    assert all(c.compiles == "per_shape" for op, c in adapter.capabilities.items() if op != "swiglu_hidden_dim")
+    assert jax.config.jax_compilation_cache_dir == str(cache_dir())
+    x = np.ones((7, 13), np.float32)
+    before = adapter.compiles()
+    f = jax.jit(lambda x: x * 3.0 + 1.0)
+    f(x).block_until_ready()  # compiled, or served by the persistent cache of an earlier run
+    first = backend_compiles()
+    f(x).block_until_ready()  # in memory: nothing built
+    assert first - before <= 1 and backend_compiles() == first
