@@ -68,7 +68,7 @@ from transformers.models.t5.modeling_t5 import T5LayerNorm  # noqa: E402
 from transformer_conformance.adapters.contract import Capability, Conventions  # noqa: E402
 from transformer_conformance.adapters.hf.rope_config import check_rotary, rotary_config, settable  # noqa: E402
 from transformer_conformance.adapters.torch.adapter import with_autocast  # noqa: E402
-from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, to_numpy  # noqa: E402
+from transformer_conformance.adapters.torch.modules import ModuleAdapter  # noqa: E402
 
 try:
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager_attention
@@ -132,7 +132,7 @@ def _set(param: Any, value: torch.Tensor) -> None:
         param.copy_(value)
 
 
-class _HFAdapter:
+class _HFAdapter(ModuleAdapter):
     """Shared plumbing: build a module for the call, run it, and read gradients from autograd."""
 
     name = ""
@@ -141,13 +141,12 @@ class _HFAdapter:
     supported = SUPPORTED["hf-llama"]
 
     def __init__(self, device: str = "cpu") -> None:
+        super().__init__()
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
         self.device = device
         self.conventions = Conventions()
         self.capabilities: dict[str, Capability] = {}
-        #: (the suite's tensor, the module parameter holding it) of the call in progress
-        self._params: list[tuple[torch.Tensor, Any]] = []
 
     def autocast(self, dtype: str) -> AbstractContextManager[Any]:
         """The mixed-precision context of a model trained in ``dtype``: ``torch.autocast`` on this device."""
@@ -217,24 +216,6 @@ class _HFAdapter:
             "attention": self.attention,
         }
         return impl[op]
-
-    def _call(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = input_tensors(op, inputs, self.device, grad)
-        self._params = []
-        return self._impl(op)(**tensors, **params), tensors
-
-    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
-        with torch.no_grad():
-            out, _ = self._call(op, inputs, params, grad=False)
-        return to_numpy(out)
-
-    def vjp(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        out, tensors = self._call(op, inputs, params, grad=True)
-        return backward_grads(op, inputs, out, tensors, cotangent, self.device, self._params)
 
 
 class HFLlamaAdapter(_HFAdapter):

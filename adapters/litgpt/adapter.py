@@ -61,7 +61,7 @@ from torch import nn
 
 from transformer_conformance.adapters.contract import Capability, Conventions
 from transformer_conformance.adapters.litgpt.attention import litgpt_attention, litgpt_sliding_window_attention
-from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, to_numpy
+from transformer_conformance.adapters.torch.modules import ModuleAdapter
 from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
 from transformer_conformance.adapters.versions import describe, require
 
@@ -179,13 +179,14 @@ class _OneHot(nn.Module):
         return out
 
 
-class LitgptAdapter:
+class LitgptAdapter(ModuleAdapter):
     """The built-in ``litgpt`` adapter."""
 
     name = "litgpt"
 
     def __init__(self, device: str = "cpu") -> None:
         check_version()
+        super().__init__()
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
         self.device = device
@@ -226,8 +227,6 @@ class LitgptAdapter:
                 "routed_scaling": frozenset({"none", "factor"}),
             }
         )
-        #: (the suite's tensor, the module parameter holding it) of the call in progress
-        self._params: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def environment(self) -> dict[str, str]:
         return {
@@ -239,13 +238,6 @@ class LitgptAdapter:
         }
 
     # ------------------------------------------------------------------------------------------ modules
-
-    def _hold(self, suite: torch.Tensor, param: torch.Tensor, value: torch.Tensor) -> None:
-        """Give a module parameter the suite's value; its gradient is then the suite tensor's."""
-        with torch.no_grad():
-            param.copy_(value)
-        if suite.requires_grad:
-            self._params.append((suite, param))
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
         config = Config(norm_class_name="RMSNorm", norm_eps=NORM_EPS if eps is None else eps)
@@ -344,23 +336,3 @@ class LitgptAdapter:
             "moe_router": self.moe_router,
         }
         return impl[op]
-
-    # ------------------------------------------------------------------------------------------ contract
-
-    def _call(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = input_tensors(op, inputs, self.device, grad)
-        self._params = []
-        return self._impl(op)(**tensors, **params), tensors
-
-    def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
-        with torch.no_grad():
-            out, _ = self._call(op, inputs, params, grad=False)
-        return to_numpy(out)
-
-    def vjp(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        out, tensors = self._call(op, inputs, params, grad=True)
-        return backward_grads(op, inputs, out, tensors, cotangent, self.device, self._params)

@@ -58,7 +58,7 @@ from torchtune.modules.loss import CEWithChunkedOutputLoss
 from torchtune.training import set_default_dtype
 
 from transformer_conformance.adapters.contract import Capability, Conventions
-from transformer_conformance.adapters.torch.tensors import backward_grads, input_tensors, to_numpy
+from transformer_conformance.adapters.torch.modules import ModuleAdapter
 from transformer_conformance.adapters.torchtune.attention import torchtune_attention
 from transformer_conformance.adapters.versions import SUPPORTED as SUPPORTED_RELEASES
 from transformer_conformance.adapters.versions import describe
@@ -155,13 +155,14 @@ def torchtune_rope(
     return out[0].transpose(0, 1).reshape(x.shape)
 
 
-class TorchtuneAdapter:
+class TorchtuneAdapter(ModuleAdapter):
     """The built-in ``torchtune`` adapter."""
 
     name = "torchtune"
 
     def __init__(self, device: str = "cpu") -> None:
         check_version()
+        super().__init__()
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
         self.device = device
@@ -179,8 +180,6 @@ class TorchtuneAdapter:
         self.capabilities["rope_scaled"] = Capability(values={"scaling.type": frozenset({"llama3"})})
         self.capabilities["swiglu_hidden_dim"] = Capability(grad=False)
         self.capabilities["param_count"] = Capability(grad=False)
-        #: (the suite's tensor, the module parameter holding it) of the call in progress
-        self._params: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def environment(self) -> dict[str, str]:
         return {
@@ -193,13 +192,6 @@ class TorchtuneAdapter:
         }
 
     # ------------------------------------------------------------------------------------------ modules
-
-    def _hold(self, suite: torch.Tensor, param: torch.Tensor, value: torch.Tensor) -> None:
-        """Give a module parameter the suite's value; its gradient is then the suite tensor's."""
-        with torch.no_grad():
-            param.copy_(value)
-        if suite.requires_grad:
-            self._params.append((suite, param))
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
         with set_default_dtype(x.dtype):
@@ -249,27 +241,12 @@ class TorchtuneAdapter:
 
     # ------------------------------------------------------------------------------------------ contract
 
-    def _call(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = input_tensors(op, inputs, self.device, grad)
-        self._params = []
-        return self._impl(op)(**tensors, **params), tensors
-
     def forward(self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> np.ndarray:
         if op == "swiglu_hidden_dim":
             return np.asarray(hidden_dim(**params))
         if op == "param_count":
             return np.asarray(param_count(**params))
-        with torch.no_grad():
-            out, _ = self._call(op, inputs, params, grad=False)
-        return to_numpy(out)
-
-    def vjp(
-        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        out, tensors = self._call(op, inputs, params, grad=True)
-        return backward_grads(op, inputs, out, tensors, cotangent, self.device, self._params)
+        return super().forward(op, inputs, params)
 
 
 def hidden_dim(d: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
