@@ -60,6 +60,7 @@ from cut_cross_entropy import linear_cross_entropy as cce_linear_cross_entropy  
 from transformer_conformance.adapters.contract import Capability, Conventions  # noqa: E402
 from transformer_conformance.adapters.torch.adapter import TorchAdapter  # noqa: E402
 from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
+from transformer_conformance.adapters.triton.env import check_device  # noqa: E402
 
 #: the kernels were defined for the interpreter (no CUDA, or TRITON_INTERPRET=1 set by the user)
 INTERPRETED = not _IMPORTED_COMPILED and isinstance(
@@ -93,13 +94,7 @@ def _op(impl: str) -> Callable[..., torch.Tensor]:
 
 
 def _check_device(device: str) -> None:
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
-    if not device.startswith("cuda") and not INTERPRETED:
-        raise RuntimeError(
-            "Cut Cross-Entropy's kernels were defined for compilation (triton imported before this adapter, or "
-            "TRITON_INTERPRET=0); to run them on the CPU set TRITON_INTERPRET=1 before the run"
-        )
+    check_device(device, INTERPRETED, "Cut Cross-Entropy")
 
 
 class CCEAdapter(TorchAdapter):

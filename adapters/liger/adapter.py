@@ -109,6 +109,7 @@ from liger_kernel.transformers.functional import (  # noqa: E402
 from transformer_conformance.adapters.contract import Capability, Conventions, interpreted  # noqa: E402
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, with_autocast  # noqa: E402
 from transformer_conformance.adapters.triton import interpreter_compat as compat  # noqa: E402
+from transformer_conformance.adapters.triton.env import check_device  # noqa: E402
 
 #: Liger's kernels were defined for the interpreter (no CUDA, or TRITON_INTERPRET=1 set by the user)
 INTERPRETED = not _IMPORTED_COMPILED and isinstance(
@@ -254,13 +255,7 @@ def _kernel(kernels: dict[str, Callable[..., torch.Tensor]], activation: str) ->
 
 
 def _check_device(device: str) -> None:
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
-    if not device.startswith("cuda") and not INTERPRETED:
-        raise RuntimeError(
-            "Liger's kernels were defined for compilation (triton imported before this adapter, or "
-            "TRITON_INTERPRET=0); to run them on the CPU set TRITON_INTERPRET=1 before the run"
-        )
+    check_device(device, INTERPRETED, "Liger")
 
 
 class LigerAdapter(TorchAdapter):

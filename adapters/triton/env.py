@@ -22,3 +22,18 @@ def interpret_triton_without_cuda() -> None:
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
+
+
+def check_device(device: str, interpreted: bool, library: str) -> None:
+    """Refuse, with one line, a device a Triton-kernel adapter cannot run ``library``'s kernels on: CUDA without a
+    GPU, or the CPU where the kernels were defined for compilation (``interpreted`` False)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+    elif not interpreted:
+        raise RuntimeError(
+            f"{library}'s kernels were defined for compilation (triton imported before this adapter, or "
+            "TRITON_INTERPRET=0); to run them on the CPU set TRITON_INTERPRET=1 before the run"
+        )
