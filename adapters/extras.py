@@ -46,6 +46,7 @@ EXTRAS: dict[str, str] = {
     "equinox": "equinox",
     "pallas": "pallas",
     "litgpt": "litgpt",
+    "megatron": "megatron",
     "cce": "cce",
     "cce-torch-compile": "cce",
 }

@@ -52,6 +52,7 @@ BUILTIN: dict[str, str] = {
     "cce-torch-compile": "transformer_conformance.adapters.cce.adapter:CCETorchCompileAdapter",
     "pallas": "transformer_conformance.adapters.pallas.adapter:PallasAdapter",
     "litgpt": "transformer_conformance.adapters.litgpt.adapter:LitgptAdapter",
+    "megatron": "transformer_conformance.adapters.megatron.adapter:MegatronAdapter",
 }
 
 

@@ -107,6 +107,9 @@ CCE = Supported("cut-cross-entropy", "25.1", "25.2")
 #: the torch and Triton series the litgpt and cce adapters were run on, and so all they state
 TORCH_2_13 = Supported("torch", "2.13", "2.14")
 TRITON_3_9 = Supported("triton", "3.9", "3.10")
+#: Megatron-Core's pure-PyTorch paths as measured on 0.16.1 (the rotary embeddings' constructors, the MoE routing
+#: functions' arguments, jit_fuser being torch.compile)
+MEGATRON_CORE = Supported("megatron-core", "0.16", "0.17")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -157,6 +160,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "litgpt": (LITGPT, TORCH_2_13),
     "cce": (CCE, TRITON_3_9, TORCH_2_13),
     "cce-torch-compile": (CCE, TRITON_3_9, TORCH_2_13),
+    "megatron": (MEGATRON_CORE, TORCH_2_13),
 }
 
 

@@ -705,6 +705,23 @@ def rope_yarn_ramp_inverted(a: MutantAdapter) -> None:
 
 @mutant(
     "rope_scaling",
+    "rope_scaled/bands",
+    "YaRN ignores rotary_dim, as Megatron-Core 0.16's YarnRotaryEmbedding ignores rotary_percent: its frequencies "
+    "span the whole head width and every feature is rotated and multiplied by 0.1·ln s + 1, none passed through",
+)
+def rope_yarn_ignores_rotary_dim(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if scaling and scaling["type"] == "yarn":
+            return plain(x, positions, base, None, scaling)
+        return plain(x, positions, base, rotary_dim, scaling)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
     "rope_scaled/longrope-boundary",
     "LongRoPE chooses its long factors by the last position, not the length: a call ending at position L (n = L + 1) "
     "still rotates with the short ones",
