@@ -49,4 +49,6 @@ EXTRAS: dict[str, str] = {
     "megatron": "megatron",
     "cce": "cce",
     "cce-torch-compile": "cce",
+    "fla": "fla",
+    "fla-interleaved": "fla",
 }

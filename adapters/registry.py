@@ -50,6 +50,8 @@ BUILTIN: dict[str, str] = {
     "equinox": "transformer_conformance.adapters.equinox.adapter:EquinoxAdapter",
     "cce": "transformer_conformance.adapters.cce.adapter:CCEAdapter",
     "cce-torch-compile": "transformer_conformance.adapters.cce.adapter:CCETorchCompileAdapter",
+    "fla": "transformer_conformance.adapters.fla.adapter:FlaAdapter",
+    "fla-interleaved": "transformer_conformance.adapters.fla.adapter:FlaInterleavedAdapter",
     "pallas": "transformer_conformance.adapters.pallas.adapter:PallasAdapter",
     "litgpt": "transformer_conformance.adapters.litgpt.adapter:LitgptAdapter",
     "megatron": "transformer_conformance.adapters.megatron.adapter:MegatronAdapter",

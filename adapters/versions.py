@@ -110,6 +110,9 @@ TRITON_3_9 = Supported("triton", "3.9", "3.10")
 #: Megatron-Core's pure-PyTorch paths as measured on 0.16.1 (the rotary embeddings' constructors, the MoE routing
 #: functions' arguments, jit_fuser being torch.compile)
 MEGATRON_CORE = Supported("megatron-core", "0.16", "0.17")
+#: flash-linear-attention as measured on 0.6.0; its kernels are the fla-core distribution's (0.6.0)
+FLA = Supported("flash-linear-attention", "0.6", "0.7")
+FLA_CORE = Supported("fla-core", "0.6", "0.7")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -160,6 +163,8 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "litgpt": (LITGPT, TORCH_2_13),
     "cce": (CCE, TRITON_3_9, TORCH_2_13),
     "cce-torch-compile": (CCE, TRITON_3_9, TORCH_2_13),
+    "fla": (FLA, FLA_CORE, TRITON_3_9, TORCH_2_13),
+    "fla-interleaved": (FLA, FLA_CORE, TRITON_3_9, TORCH_2_13),
     "megatron": (MEGATRON_CORE, TORCH_2_13),
 }
 

@@ -924,6 +924,21 @@ def z_loss_no_max_shift(a: MutantAdapter) -> None:
 
 @mutant(
     "z_loss",
+    "z_loss/regime-forward",
+    "vocabulary split into blocks of 65,536 (as flash-linear-attention's cross-entropy kernel splits one past 64k "
+    "classes) and the z-loss summed from each block's own logsumexp, α·Σ_b lse_b², not α·(logsumexp_b lse_b)²: "
+    "right for one block",
+)
+def z_split_vocab_partial_lse(a: MutantAdapter) -> None:
+    def z_loss(logits: T, alpha: float = 1e-4) -> T:
+        lse = torch.stack([torch.logsumexp(c.float(), dim=-1) for c in logits.split(65_536, dim=-1)])
+        return (alpha * (lse**2).sum(0)).to(logits.dtype)
+
+    a.impl["z_loss"] = z_loss
+
+
+@mutant(
+    "z_loss",
     "z_loss/value",
     "logsumexp rounded to the input dtype before squaring, declared as a fused float32 computation",
 )
