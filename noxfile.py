@@ -1,6 +1,7 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests, less the
 slow ones), ``tests-slow`` (those), ``lint`` (ruff and mypy), ``bench`` (the performance report:
-docs/performance.md), ``bench-conformance`` (how long the CI-profile conformance run takes), ``report`` (merge
+docs/performance.md), ``bench-conformance`` (how long the CI-profile conformance run takes), ``scoreboard-bench``
+(how long each scoreboard shard takes, and what it checked), ``report`` (merge
 report.json files into the static site under reports/site/), ``mutants`` (the suite against the catalogue of
 defective implementations: every one must be caught), ``wheel`` (the wheel built from the tree, installed beside
 AdapterHub's ``adapters``).
@@ -276,10 +277,8 @@ def builtin_adapters() -> list[str]:
     raise RuntimeError("adapters/registry.py has no BUILTIN")
 
 
-def _shard(session: nox.Session, name: str, args: list[str]) -> None:
-    """One adapter's conformance run, in an environment holding the project with that adapter's extra (one
-    environment per extra, under .nox/), with the built-in expectation files that name it. A failing
-    library is a result, not an error of the scoreboard: exit 1 is accepted."""
+def _shard_env(session: nox.Session, name: str) -> Path:
+    """The environment holding the project with the adapter's extra (one environment per extra, under .nox/)."""
     if name not in builtin_adapters():
         session.error(f"{name!r} is not a built-in adapter; the scoreboard has {', '.join(builtin_adapters())}")
     extra = ADAPTER_EXTRAS[name]
@@ -288,12 +287,18 @@ def _shard(session: nox.Session, name: str, args: list[str]) -> None:
         session.run("python", "-m", "venv", str(env))
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     session.run(*pip, f".[{extra}]" if extra else ".", external=True)
-    out = SCOREBOARD / name
+    return env
+
+
+def _shard(session: nox.Session, name: str, args: list[str], env: Path | None = None, **extra_env: str) -> None:
+    """One adapter's conformance run, in its extra's environment, with the built-in expectation files that name
+    it. A failing library is a result, not an error of the scoreboard: exit 1 is accepted."""
+    env = env or _shard_env(session, name)
     session.run(
         str(env / "bin" / "transformer-conformance"),
-        *("--adapter", name, "--report-dir", str(out), "--expectations", "builtin"),
+        *("--adapter", name, "--report-dir", str(SCOREBOARD / name), "--expectations", "builtin"),
         *args,
-        env=_threads(),
+        env={**_threads(), **extra_env},
         external=True,
         success_codes=[0, 1],
     )
@@ -349,6 +354,42 @@ def scoreboard_shard(session: nox.Session) -> None:
     if not session.posargs:
         session.error(f"name the adapter: nox -s scoreboard-shard -- NAME ({', '.join(builtin_adapters())})")
     _shard(session, session.posargs[0], list(session.posargs[1:]))
+
+
+#: the compilation caches a shard can warm: JAX's persistent cache, inductor's and Triton's
+CACHE_VARIABLES = ("JAX_COMPILATION_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+@nox.session(name="scoreboard-bench", python=PYTHON)
+def scoreboard_bench(session: nox.Session) -> None:
+    """Time the scoreboard's shards, one after another: each run's wall time (its environment built first, off
+    the clock), cold — JAX's, inductor's and Triton's compilation caches in a fresh folder — unless ``-- --warm``.
+    Then writes reports/scoreboard/bench.md: per shard the time, checks run, examples drawn, candidate calls,
+    calls a shape plan chose and programs built (benchmarks/bench_scoreboard.py; bench.json keeps the times).
+    ``-- --adapter a,b`` times some of them (default: every built-in adapter); ``--baseline DIR`` compares with
+    the shards under another scoreboard folder. A benchmark: nothing asserts a time."""
+    import json
+    import tempfile
+    import time
+
+    names, rest = _scoreboard_names(list(session.posargs))
+    warm = "--warm" in rest
+    baseline = rest[rest.index("--baseline") + 1 : rest.index("--baseline") + 2] if "--baseline" in rest else []
+    args = [a for a in rest if a != "--warm" and a != "--baseline" and a not in baseline]
+    bench_file = SCOREBOARD / "bench.json"
+    timed = json.loads(bench_file.read_text()) if bench_file.exists() else {}
+    for name in names:
+        env = _shard_env(session, name)
+        with tempfile.TemporaryDirectory(prefix="scoreboard-bench-") as cold:
+            caches = {} if warm else {v: str(Path(cold) / v.lower()) for v in CACHE_VARIABLES}
+            start = time.perf_counter()
+            _shard(session, name, args, env, **caches)
+            timed[name] = {"wall_s": round(time.perf_counter() - start, 1), "cold": not warm}
+        bench_file.parent.mkdir(parents=True, exist_ok=True)
+        bench_file.write_text(json.dumps(timed, indent=1, sort_keys=True) + "\n")
+    compare = ["--baseline", *baseline] if baseline else []
+    out = str(SCOREBOARD / "bench.md")
+    session.run("python", "benchmarks/bench_scoreboard.py", str(SCOREBOARD), *compare, "--out", out)
 
 
 @nox.session(name="scoreboard-merge", python=PYTHON)
