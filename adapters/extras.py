@@ -51,4 +51,5 @@ EXTRAS: dict[str, str] = {
     "cce-torch-compile": "cce",
     "fla": "fla",
     "fla-interleaved": "fla",
+    "torchtitan": "torchtitan",
 }

@@ -55,6 +55,7 @@ BUILTIN: dict[str, str] = {
     "pallas": "transformer_conformance.adapters.pallas.adapter:PallasAdapter",
     "litgpt": "transformer_conformance.adapters.litgpt.adapter:LitgptAdapter",
     "megatron": "transformer_conformance.adapters.megatron.adapter:MegatronAdapter",
+    "torchtitan": "transformer_conformance.adapters.torchtitan.adapter:TorchtitanAdapter",
 }
 
 

@@ -113,6 +113,9 @@ MEGATRON_CORE = Supported("megatron-core", "0.16", "0.17")
 #: flash-linear-attention as measured on 0.6.0; its kernels are the fla-core distribution's (0.6.0)
 FLA = Supported("flash-linear-attention", "0.6", "0.7")
 FLA_CORE = Supported("fla-core", "0.6", "0.7")
+#: torchtitan's model code as measured on 0.3.0 (its modules' Config dataclasses, ComplexRoPE's cache, the router's
+#: float32 autocast, ChunkedLossWrapper); its models import Triton through their expert-parallel kernels
+TORCHTITAN = Supported("torchtitan", "0.3", "0.4")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -166,6 +169,7 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "fla": (FLA, FLA_CORE, TRITON_3_9, TORCH_2_13),
     "fla-interleaved": (FLA, FLA_CORE, TRITON_3_9, TORCH_2_13),
     "megatron": (MEGATRON_CORE, TORCH_2_13),
+    "torchtitan": (TORCHTITAN, TORCH_2_13, TRITON_3_9),
 }
 
 

@@ -1063,6 +1063,35 @@ def lce_gradient_filter_bf16_eps(a: MutantAdapter) -> None:
     a.impl["linear_cross_entropy"] = _fused_lce("filter_bf16_eps")
 
 
+class _UnitUpstream(torch.autograd.Function):
+    """The loss as it is, its backward handing on a gradient of 1 whatever the upstream gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: T) -> T:
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: T) -> T:
+        return torch.ones_like(grad)
+
+
+@mutant(
+    "linear_cross_entropy",
+    "linear_cross_entropy/gradient",
+    "fused linear cross-entropy whose backward ignores the upstream gradient: the gradients of loss.backward() for "
+    "any cotangent (torchtitan 0.3's ChunkedLossWrapper backpropagating each chunk inside its call, for 1)",
+)
+def lce_ignores_upstream_gradient(a: MutantAdapter) -> None:
+    plain = a.impl["linear_cross_entropy"]
+
+    def linear_cross_entropy(
+        x: T, weight: T, bias: T, targets: T, ignore_index: int = -100, reduction: str = "mean"
+    ) -> T:
+        return _UnitUpstream.apply(plain(x, weight, bias, targets, ignore_index, reduction))
+
+    a.impl["linear_cross_entropy"] = linear_cross_entropy
+
+
 @mutant(
     "linear_cross_entropy",
     "linear_cross_entropy/equals-unfused",

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
 #: deep-learning frameworks and kernel libraries: the oracle is NumPy alone
 FRAMEWORKS = {
     "torch", "jax", "jaxlib", "flax", "transformers", "liger_kernel", "triton", "tensorflow", "keras",
-    "keras_hub", "mlx", "onnx", "onnxruntime", "torchtune", "equinox", "litgpt", "megatron", "fla",
+    "keras_hub", "mlx", "onnx", "onnxruntime", "torchtune", "equinox", "litgpt", "megatron", "fla", "torchtitan",
 }  # fmt: skip
 #: folders of the repository whose Python must import the suite by its installed name only
 USERS = ("tests", "mutants", "benchmarks", "docs")
