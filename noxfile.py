@@ -373,9 +373,17 @@ def scoreboard_bench(session: nox.Session) -> None:
     import time
 
     names, rest = _scoreboard_names(list(session.posargs))
-    warm = "--warm" in rest
-    baseline = rest[rest.index("--baseline") + 1 : rest.index("--baseline") + 2] if "--baseline" in rest else []
-    args = [a for a in rest if a != "--warm" and a != "--baseline" and a not in baseline]
+    warm = False
+    compare: list[str] = []
+    args: list[str] = []
+    it = iter(rest)
+    for a in it:
+        if a == "--warm":
+            warm = True
+        elif a == "--baseline" or a.startswith("--baseline="):
+            compare = ["--baseline", a.partition("=")[2] or next(it, "")]
+        else:
+            args.append(a)
     bench_file = SCOREBOARD / "bench.json"
     timed = json.loads(bench_file.read_text()) if bench_file.exists() else {}
     for name in names:
@@ -387,7 +395,6 @@ def scoreboard_bench(session: nox.Session) -> None:
             timed[name] = {"wall_s": round(time.perf_counter() - start, 1), "cold": not warm}
         bench_file.parent.mkdir(parents=True, exist_ok=True)
         bench_file.write_text(json.dumps(timed, indent=1, sort_keys=True) + "\n")
-    compare = ["--baseline", *baseline] if baseline else []
     out = str(SCOREBOARD / "bench.md")
     session.run("python", "benchmarks/bench_scoreboard.py", str(SCOREBOARD), *compare, "--out", out)
 
