@@ -52,4 +52,15 @@ EXTRAS: dict[str, str] = {
     "fla": "fla",
     "fla-interleaved": "fla",
     "torchtitan": "torchtitan",
+    "vllm": "vllm",
+    "vllm-deepseek": "vllm",
+    "unsloth": "unsloth",
+}
+
+#: The libraries an extra cannot ask for, because their own requirements pin another torch release or a CUDA stack:
+#: ``nox`` installs them with ``pip install --no-deps`` after the extra (pyproject.toml says, per extra, what the
+#: libraries' own code paths import instead). A user installing the extra by hand does the same.
+NO_DEPS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm==0.34.0",),
+    "unsloth": ("unsloth==2026.10.9", "unsloth-zoo==2026.10.9"),
 }

@@ -56,6 +56,9 @@ BUILTIN: dict[str, str] = {
     "litgpt": "transformer_conformance.adapters.litgpt.adapter:LitgptAdapter",
     "megatron": "transformer_conformance.adapters.megatron.adapter:MegatronAdapter",
     "torchtitan": "transformer_conformance.adapters.torchtitan.adapter:TorchtitanAdapter",
+    "vllm": "transformer_conformance.adapters.vllm.adapter:VllmAdapter",
+    "vllm-deepseek": "transformer_conformance.adapters.vllm.adapter:VllmDeepseekAdapter",
+    "unsloth": "transformer_conformance.adapters.unsloth.adapter:UnslothAdapter",
 }
 
 

@@ -116,6 +116,13 @@ FLA_CORE = Supported("fla-core", "0.6", "0.7")
 #: torchtitan's model code as measured on 0.3.0 (its modules' Config dataclasses, ComplexRoPE's cache, the router's
 #: float32 autocast, ChunkedLossWrapper); its models import Triton through their expert-parallel kernels
 TORCHTITAN = Supported("torchtitan", "0.3", "0.4")
+#: vLLM's custom ops' forward_native paths as measured on 0.34.0 (get_rope's rope_parameters, RMSNorm through vLLM
+#: IR's rms_norm, the op context of adapters/vllm/runtime.py)
+VLLM = Supported("vllm", "0.34", "0.35")
+#: Unsloth's Triton kernels under the interpreter as measured on 2026.10.9 (the kernels' entry points, the
+#: interpreter bridges they need); unsloth-zoo is released with it
+UNSLOTH = Supported("unsloth", "2026.10", "2026.11")
+UNSLOTH_ZOO = Supported("unsloth-zoo", "2026.10", "2026.11")
 
 #: The one place each built-in adapter states the releases it supports (docs/adapters.md lists the same; a
 #: project test compares). Plain data, importable without the libraries.
@@ -170,6 +177,9 @@ SUPPORTED: dict[str, tuple[Supported, ...]] = {
     "fla-interleaved": (FLA, FLA_CORE, TRITON_3_9, TORCH_2_13),
     "megatron": (MEGATRON_CORE, TORCH_2_13),
     "torchtitan": (TORCHTITAN, TORCH_2_13, TRITON_3_9),
+    "vllm": (VLLM, TORCH_2_13, TRITON_3_9),
+    "vllm-deepseek": (VLLM, TORCH_2_13, TRITON_3_9),
+    "unsloth": (UNSLOTH, UNSLOTH_ZOO, TRITON_3_9, TORCH_2_13),
 }
 
 

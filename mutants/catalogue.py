@@ -61,6 +61,7 @@ BEHAVIOURS: dict[str, str] = {
     "swiglu": "test_swiglu.py",
     "cross_entropy": "test_losses.py",
     "z_loss": "test_losses.py",
+    "cross_entropy_mean": "test_loss_reductions.py",
     "attention": "test_attention.py",
     "sliding_window": "test_local_attention.py",
     "chunked_attention": "test_local_attention.py",
@@ -1125,6 +1126,23 @@ def lce_all_ignored_zero_undeclared(a: MutantAdapter) -> None:
     a.impl["linear_cross_entropy"] = linear_cross_entropy
 
 
+# ------------------------------------------------------------------------------------ cross_entropy_mean
+
+
+@mutant(
+    "cross_entropy_mean",
+    "cross_entropy_mean/forward",
+    "the summed token losses divided by every label, ignored ones counted (in the style of Unsloth's "
+    "fast_cross_entropy_loss, whose divisor n_items is its count of labels != -100)",
+)
+def ce_mean_divided_by_every_label(a: MutantAdapter) -> None:
+    def cross_entropy_mean(logits: T, targets: T, ignore_index: int = -100) -> T:
+        losses = F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="none")
+        return (losses.float().sum() / targets.numel()).to(logits.dtype)
+
+    a.impl["cross_entropy_mean"] = cross_entropy_mean
+
+
 # ------------------------------------------------------------------------------------------- z_loss_mean
 
 
@@ -1839,6 +1857,23 @@ def rope_dynamic_ntk_stale_base(a: MutantAdapter) -> None:
         rd = x.shape[-1] if rotary_dim is None else rotary_dim
         inv_freq, factor = rope_scaled_inv_freq(rd, base, scaling, longest[0], x.device)
         return rope_torch(x, positions, base, rotary_dim, a.conventions.rope_layout, inv_freq, factor)
+
+    a.impl["rope_scaled"] = rope_scaled
+
+
+@mutant(
+    "rope_scaling",
+    "rope_scaled/dynamic-forward",
+    "dynamic NTK that never scales, as vLLM 0.34's DynamicNTKScalingRotaryEmbedding (its cos/sin table built with "
+    "base·(s·L/L − (s − 1))^(d/(d−2)) = base): past the trained length still plain RoPE",
+)
+def rope_dynamic_ntk_never_scaled(a: MutantAdapter) -> None:
+    plain = a.impl["rope_scaled"]
+
+    def rope_scaled(x: T, positions: T, base: float = 10000.0, rotary_dim: int | None = None, scaling: Any = None) -> T:
+        if scaling and scaling["type"] == "dynamic":
+            return plain(x, positions, base, rotary_dim, None)
+        return plain(x, positions, base, rotary_dim, scaling)
 
     a.impl["rope_scaled"] = rope_scaled
 

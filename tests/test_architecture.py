@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
 FRAMEWORKS = {
     "torch", "jax", "jaxlib", "flax", "transformers", "liger_kernel", "triton", "tensorflow", "keras",
     "keras_hub", "mlx", "onnx", "onnxruntime", "torchtune", "equinox", "litgpt", "megatron", "fla", "torchtitan",
+    "vllm", "unsloth", "unsloth_zoo",
 }  # fmt: skip
 #: folders of the repository whose Python must import the suite by its installed name only
 USERS = ("tests", "mutants", "benchmarks", "docs")
