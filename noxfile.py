@@ -1,7 +1,8 @@
 """Sessions: ``conformance`` (check adapters, write the report), ``tests`` (the project's own tests, less the
 slow ones), ``tests-slow`` (those), ``lint`` (ruff and mypy), ``bench`` (the performance report:
 docs/performance.md), ``bench-conformance`` (how long the CI-profile conformance run takes), ``scoreboard-bench``
-(how long each scoreboard shard takes, and what it checked), ``report`` (merge
+(how long each scoreboard shard takes, and what it checked), ``release-matrix`` (the adapters on each measured
+library release: adapters/releases.py), ``report`` (merge
 report.json files into the static site under reports/site/), ``mutants`` (the suite against the catalogue of
 defective implementations: every one must be caught), ``wheel`` (the wheel built from the tree, installed beside
 AdapterHub's ``adapters``).
@@ -36,6 +37,8 @@ def install(session: nox.Session, *extras: str) -> None:
     constraints/ci.txt."""
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install(spec)
+    if no_deps := no_deps_requirements(extras):
+        session.install("--no-deps", *no_deps)
 
 
 #: Worker processes run tiny tensors: one intra-op thread each, so pytest-xdist's workers do not oversubscribe
@@ -55,8 +58,16 @@ def _has_n(args: list[str]) -> bool:
     )
 
 
+_EXTRAS_PY = runpy.run_path(str(Path(__file__).parent / "adapters" / "extras.py"))
 #: built-in adapter name -> the extra it needs (adapters/extras.py, read without importing the project)
-ADAPTER_EXTRAS: dict[str, str] = runpy.run_path(str(Path(__file__).parent / "adapters" / "extras.py"))["EXTRAS"]
+ADAPTER_EXTRAS: dict[str, str] = _EXTRAS_PY["EXTRAS"]
+#: extra -> the libraries installed with ``--no-deps`` after it (their own requirements pin another torch)
+NO_DEPS: dict[str, tuple[str, ...]] = _EXTRAS_PY["NO_DEPS"]
+
+
+def no_deps_requirements(extras: tuple[str, ...] | list[str]) -> list[str]:
+    """The requirements the ``extras`` install without their dependencies (adapters/extras.py, NO_DEPS)."""
+    return [r for e in extras for r in NO_DEPS.get(e, ())]
 DEFAULT_ADAPTERS = ("numpy", "torch")
 
 
@@ -287,6 +298,8 @@ def _shard_env(session: nox.Session, name: str) -> Path:
         session.run("python", "-m", "venv", str(env))
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     session.run(*pip, f".[{extra}]" if extra else ".", external=True)
+    if no_deps := no_deps_requirements([extra]):
+        session.run(*pip, "--no-deps", *no_deps, external=True)
     return env
 
 
@@ -397,6 +410,108 @@ def scoreboard_bench(session: nox.Session) -> None:
         bench_file.write_text(json.dumps(timed, indent=1, sort_keys=True) + "\n")
     out = str(SCOREBOARD / "bench.md")
     session.run("python", "benchmarks/bench_scoreboard.py", str(SCOREBOARD), *compare, "--out", out)
+
+
+#: the release matrix: name -> (requirements pinning a release, the adapters run on it) (adapters/releases.py)
+RELEASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = runpy.run_path(
+    str(Path(__file__).parent / "adapters" / "releases.py")
+)["RELEASES"]
+#: where the release matrix's runs write their reports (RELEASE/ADAPTER/), runs.json and releases.md
+RELEASE_REPORTS = Path("reports/releases")
+
+
+def _distribution(requirement: str) -> str:
+    """The distribution a requirement or constraint line names, as pip compares them: "Liger_Kernel==0.4" ->
+    "liger-kernel"."""
+    import re
+
+    return re.split(r"[\s=<>!~;\[@]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _release_env(session: nox.Session, name: str) -> Path:
+    """The environment of one release of the matrix: the project with its adapters' extras and the release's
+    pins. A constraint file in PIP_CONSTRAINT (the CI's) still applies to everything the pins do not name."""
+    import os
+
+    pins, adapters = RELEASES[name]
+    env = Path(".nox") / f"release-{name}"
+    if not (env / "bin" / "python").exists():
+        session.run("python", "-m", "venv", str(env))
+    pip_env: dict[str, str] = {}
+    constraint = os.environ.get("PIP_CONSTRAINT")
+    if constraint:
+        pinned = {_distribution(p) for p in pins}
+        kept = [
+            line
+            for file in constraint.split()
+            for line in Path(file).read_text(encoding="utf-8").splitlines()
+            if line.strip().startswith("#") or _distribution(line) not in pinned
+        ]
+        filtered = env / "constraints.txt"
+        filtered.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        pip_env["PIP_CONSTRAINT"] = str(filtered.resolve())
+    extras = sorted({ADAPTER_EXTRAS[a] for a in adapters} - {""})
+    spec = f".[{','.join(extras)}]" if extras else "."
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    session.run(*pip, spec, *pins, env=pip_env, external=True)
+    if no_deps := no_deps_requirements(extras):
+        session.run(*pip, "--no-deps", *no_deps, env=pip_env, external=True)
+    return env
+
+
+def _run_release(env: Path, name: str, adapter: str, args: list[str]) -> dict[str, object]:
+    """One adapter's conformance run on one release, its output passed through: exit status, wall time, and
+    the one-line reason when the adapter refused (exit 4, no report)."""
+    import os
+    import subprocess
+    import time
+
+    command = [
+        str(env / "bin" / "transformer-conformance"),
+        *("--adapter", adapter, "--report-dir", str(RELEASE_REPORTS / name / adapter), "--expectations", "builtin"),
+        *args,
+    ]
+    start = time.perf_counter()
+    reason = ""
+    with subprocess.Popen(
+        command, env={**os.environ, **_threads()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            if line.startswith("ERROR: adapter"):
+                reason = line.removeprefix("ERROR: ").strip()
+    run: dict[str, object] = {"exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1)}
+    if reason:
+        run["reason"] = reason
+    return run
+
+
+@nox.session(name="release-matrix", python=PYTHON)
+def release_matrix(session: nox.Session) -> None:
+    """The release matrix (adapters/releases.py): each library release in an environment of its own, its
+    adapters' conformance runs with their expectation files, then reports/releases/releases.md (per release and
+    adapter: the verdict, its counts, the time, the releases installed). ``-- NAME ...`` runs some entries
+    (default: all); other arguments go to each run (``-- jax-0.4.30 --hypothesis-profile=dev``). A library
+    release failing checks is a result, not an error of the session."""
+    import json
+
+    names = [a for a in session.posargs if not a.startswith("-")] or list(RELEASES)
+    args = [a for a in session.posargs if a.startswith("-")]
+    unknown = [n for n in names if n not in RELEASES]
+    if unknown:
+        session.error(f"not in the release matrix: {', '.join(unknown)}; it has {', '.join(RELEASES)}")
+    runs_file = RELEASE_REPORTS / "runs.json"
+    runs = json.loads(runs_file.read_text()) if runs_file.exists() else {}
+    for name in names:
+        env = _release_env(session, name)
+        for adapter in RELEASES[name][1]:
+            runs.setdefault(name, {})[adapter] = _run_release(env, name, adapter, args)
+            runs_file.parent.mkdir(parents=True, exist_ok=True)
+            runs_file.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
+    install(session)
+    out = str(RELEASE_REPORTS / "releases.md")
+    session.run("python", "-m", "transformer_conformance.reports.releases", str(RELEASE_REPORTS), "--out", out)
 
 
 @nox.session(name="scoreboard-merge", python=PYTHON)

@@ -248,3 +248,16 @@ def test_fused_linear_cross_entropy_all_ignored_is_zero() -> None:
     z = case("z_loss_mean", dtype)
     z.inputs["targets"][:] = -100
     assert float(call_op(adapter, "z_loss_mean", z.inputs, z.params, "z")) == 0.0
+
+
+def test_release_switches_on_the_installed_release() -> None:
+    """What the adapter does differently on older releases (docs/adapters.md, "Measured releases") is off on the
+    release CI installs (0.8.5): keyword functional API, z-loss declared, norm gradients declared on the CPU."""
+    from transformer_conformance.adapters.liger import adapter as liger_adapter
+
+    assert not liger_adapter.POSITIONAL and liger_adapter.HAS_Z_LOSS
+    assert not liger_adapter.NORM_BACKWARD_NEEDS_CUDA
+    adapter = load_adapter("liger")
+    assert adapter.device_limits == "" and "not on this device" not in adapter.environment()
+    assert adapter.capabilities["rms_norm"].grad and adapter.capabilities["layer_norm"].grad
+    assert {"z_loss", "softcap_z_loss", "z_loss_mean"} <= set(adapter.capabilities)

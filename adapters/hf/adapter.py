@@ -200,6 +200,7 @@ class _HFAdapter(ModuleAdapter):
             rows = torch.arange(lq, device=q.device)[:, None] + (lk - lq)
             blocked = torch.arange(lk, device=q.device)[None, :] > rows
             mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device).masked_fill(blocked, torch.finfo(q.dtype).min)
+            mask = mask[None, None]  # (batch, heads, L_q, L_k) as HF's models pass it (4.x slices its last axis)
         # the function reads only these attributes of the attention module
         groups = q.shape[1] // k.shape[1]
         module = cast(nn.Module, SimpleNamespace(head_dim=q.shape[-1], num_key_value_groups=groups, training=False))

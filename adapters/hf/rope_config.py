@@ -9,6 +9,8 @@ seed-000 §Extending context with RoPE (the rules); the configuration keys are H
   lengths are read elsewhere on 4.x: LongRoPE's from the configuration's own ``original_max_position_embeddings``
   (Phi-3's field), and YaRN's, on releases whose YaRN does not know ``original_max_position_embeddings``
   (4.46 computes its correction range from ``max_position_embeddings``), from ``max_position_embeddings``.
+  4.x's LongRoPE also takes its factor as ``max_position_embeddings / original_max_position_embeddings``, so the
+  extended length is set to exactly original·factor there.
 
 LongRoPE switches from its short to its long factors per call (by the call's length): transformers applies that
 switch in a model's rotary embedding from 4.48 on (``modeling_rope_utils.dynamic_rope_update``); before, a
@@ -117,6 +119,12 @@ def rotary_config(config_cls: type, kind: str, rotary_dim: int, base: float, rul
     else:
         if kind == "longrope":  # 4.x's LongRoPE reads the trained length from the configuration itself
             common["original_max_position_embeddings"] = original
+            # and its factor as max_position_embeddings / original_max_position_embeddings, not from rope_scaling
+            # (4.57.6: the extended length one more than original·factor gave sqrt(1 + ln(33/16) / ln 16))
+            extended = original * float(params.get("factor", 1.0))
+            if extended != int(extended):
+                raise _refuse(kind, f"its factor is max_position_embeddings / {original}, and {extended} is no length")
+            longest = int(extended)
         with _unrecognised() as seen:
             config = config_cls(
                 **common,

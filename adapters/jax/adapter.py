@@ -200,8 +200,10 @@ class JaxAdapter:
         # what it implements (operations added to the contract later are not declared until implemented)
         self.capabilities = {op: Capability() for op in (*IMPL, "swiglu_hidden_dim")}
         # float16: "F16_F16_F32 is not supported by dot_general on CPU" under jit, for every shape (measured);
-        # a jax.nn without local_window_size has no sliding window: the operation is then not declared
-        if "local_window_size" in inspect.signature(jax.nn.dot_product_attention).parameters:
+        # a jax.nn without local_window_size has no sliding window (nor one without dot_product_attention, 0.4.31's:
+        # jax 0.4.30): the operation is then not declared
+        attention = getattr(jax.nn, "dot_product_attention", None)
+        if attention is not None and "local_window_size" in inspect.signature(attention).parameters:
             self.capabilities["sliding_window_attention"] = Capability(
                 dtypes=frozenset({"float32", "bfloat16"}), values={"softcap": frozenset({"none"})}
             )

@@ -64,6 +64,7 @@ Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sys
@@ -88,14 +89,32 @@ if not torch.cuda.is_available():
     # library functions (tl.sum, tl.max, tl.sigmoid, …) are decorated when triton is imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# liger-kernel before 0.8.5 reads torch.distributed.tensor.DTensor in RMSNorm without importing that submodule, which
+# torch 2.12 made lazy: imported here, as a training process's other libraries import it, so whether Liger's RMSNorm
+# raises AttributeError does not depend on what the process happened to import first (docs/adapters.md)
+try:
+    import torch.distributed.tensor
+except ImportError:  # a torch built without the distributed package
+    pass
+
 import liger_kernel.ops.cross_entropy  # noqa: E402
 import liger_kernel.ops.geglu  # noqa: E402
 import liger_kernel.ops.layer_norm  # noqa: E402
 import liger_kernel.ops.rms_norm  # noqa: E402
 import liger_kernel.ops.rope  # noqa: E402
 import liger_kernel.ops.swiglu  # noqa: E402
-import liger_kernel.transformers.functional as functional  # noqa: E402
 import triton  # noqa: E402
+
+from transformer_conformance.adapters.versions import UnsupportedVersion, release  # noqa: E402
+
+try:
+    import liger_kernel.transformers.functional as functional
+except ImportError as err:  # 0.4's liger_kernel.transformers imports the model code of the transformers of its day
+    line = str(err).splitlines()[0] if str(err) else type(err).__name__
+    raise UnsupportedVersion(
+        f"liger-kernel {version('liger-kernel')}: liger_kernel.transformers does not import beside the transformers "
+        f"installed ({line}); its releases before 0.5 need transformers 4.x (measured: 0.4.0 with 4.46.3)"
+    ) from err
 from liger_kernel.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
     liger_fused_linear_cross_entropy,
@@ -128,6 +147,16 @@ DEFAULT_EPS = 1e-6
 #: the RoPE kernel rotates only the first ``rotary_dim`` of a head itself (0.8.5 on); before, model code
 #: rotates x[..., :rotary_dim] through it and passes the rest, as HF's partial-rotary models do
 ROPE_ROTARY_DIM = "rotary_dim" in inspect.signature(liger_kernel.ops.rope.LigerRopeFunction.forward).parameters
+
+#: 0.4.0's functional API is the autograd Functions' ``apply``: positional arguments only (0.4.1 wraps them)
+POSITIONAL = not inspect.isfunction(liger_cross_entropy)
+#: the cross-entropy kernel's z-loss and soft-capping (``lse_square_scale``, ``softcap``) are 0.4.1's
+HAS_Z_LOSS = (
+    "lse_square_scale" in inspect.signature(liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction.forward).parameters
+)
+#: 0.4.x's RMSNorm and LayerNorm backwards ask CUDA for its multiprocessor count (``torch.cuda.get_device_properties``)
+#: on every device; from 0.5 only on CUDA. Off CUDA those gradients are then not declared (the environment says so)
+NORM_BACKWARD_NEEDS_CUDA = release(version("liger-kernel")) < (0, 5)
 
 #: backwards that write their result into the incoming gradient (measured, docs/adapters.md): RMSNorm's
 #: (``in_place=True``, its default, in every casting mode) always; RoPE's whenever the gradient's
@@ -181,9 +210,13 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         return _kernel(ACTIVATIONS, activation)(x @ w_in) @ w_out
 
     def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if POSITIONAL:  # (input, target, ignore_index, label_smoothing, reduction)
+            return liger_cross_entropy(logits, targets, -100, 0.0, "none")
         return liger_cross_entropy(logits, targets, reduction="none")
 
     def cross_entropy_mean(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        if POSITIONAL:
+            return liger_cross_entropy(logits, targets, ignore_index, 0.0, "mean")
         return liger_cross_entropy(logits, targets, ignore_index=ignore_index, reduction="mean")
 
     def _z(logits: torch.Tensor, alpha: float, softcap: float | None) -> torch.Tensor:
@@ -207,9 +240,12 @@ def _ops(adapter: LigerAdapter) -> dict[str, Callable[..., torch.Tensor]]:
         ignore_index: int = -100,
         reduction: str = "mean",
     ) -> torch.Tensor:
-        loss = liger_fused_linear_cross_entropy(
-            x, weight, targets, bias=bias, ignore_index=ignore_index, reduction=reduction
-        )
+        if POSITIONAL:  # (input, weight, target, bias, ignore_index, label_smoothing, reduction)
+            loss = liger_fused_linear_cross_entropy(x, weight, targets, bias, ignore_index, 0.0, reduction)
+        else:
+            loss = liger_fused_linear_cross_entropy(
+                x, weight, targets, bias=bias, ignore_index=ignore_index, reduction=reduction
+            )
         return loss.to(x.dtype)  # the kernel's losses are float32
 
     def z_loss_mean(
@@ -275,6 +311,17 @@ class LigerAdapter(TorchAdapter):
         self.capabilities = with_autocast(self.declared_capabilities())
         if INTERPRETED and not device.startswith("cuda"):  # every program of a grid in Python: regimes run once
             self.capabilities = interpreted(self.capabilities)
+        #: what this release cannot run on this device, in one line (the report's environment)
+        self.device_limits = ""
+        if NORM_BACKWARD_NEEDS_CUDA and not device.startswith("cuda"):
+            self.device_limits = (
+                f"liger-kernel {version('liger-kernel')}: the RMSNorm and LayerNorm backwards need CUDA "
+                "(torch.cuda.get_device_properties); their gradients are not declared on this device"
+            )
+            self.capabilities = {
+                op: dataclasses.replace(c, grad=False) if op in ("rms_norm", "layer_norm") else c
+                for op, c in self.capabilities.items()
+            }
         self.impl = _ops(self)
 
     @staticmethod
@@ -313,7 +360,8 @@ class LigerAdapter(TorchAdapter):
         dtypes = self.dtypes()
         caps = {op: Capability(dtypes=dtypes) for op in ("rms_norm", "layer_norm", "rope", "swiglu_mlp")}
         caps |= {op: Capability(dtypes=dtypes) for op in ("cross_entropy", "cross_entropy_mean")}
-        caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss", "z_loss_mean")}
+        if HAS_Z_LOSS:
+            caps |= {op: Capability(dtypes=dtypes, grad=False) for op in ("z_loss", "softcap_z_loss", "z_loss_mean")}
         caps["linear_cross_entropy"] = Capability(dtypes=dtypes)
         caps["glu_mlp"] = Capability(dtypes=dtypes, values={"activation": frozenset(GLU_PRODUCTS)})
         if ACTIVATIONS:  # squared ReLU, Liger's one plain-MLP kernel, is 0.8's
@@ -329,6 +377,8 @@ class LigerAdapter(TorchAdapter):
         env["liger-kernel"] = version("liger-kernel")
         env["triton"] = triton.__version__
         env["triton mode"] = "interpreter (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
+        if self.device_limits:
+            env["not on this device"] = self.device_limits
         if BRIDGED:
             env["interpreter bridges"] = "float arguments; libdevice " + ", ".join(
                 sorted({n for names in BRIDGED.values() for n in names})

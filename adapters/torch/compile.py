@@ -13,7 +13,10 @@ the number of graphs small (docs/adapters.md, "torch-compile", has the measured 
   no such guard and one graph serves every shape of a rank. The other operations (matrix products,
   attention, blocks, the learned table's range check, the scaled RoPE's position-dependent frequencies)
   do not compile with unbacked sizes on torch 2.13 (inductor's lowering guards on a size, or the code
-  branches on a value) and keep ``dynamic=True`` with its 0/1 specialisation.
+  branches on a value) and keep ``dynamic=True`` with its 0/1 specialisation. Before torch 2.13
+  (:data:`UNBACKED_SIZES`) no operation is marked: 2.4 has no ``mark_unbacked`` and 2.5's inductor guards on
+  an unbacked size (``torch.arange(0, rd, 2)`` in RoPE), so every operation keeps backed sizes there and its
+  checks draw their shapes from the plan (the release matrix, docs/adapters.md "Measured releases").
 * **Forward and VJP share a graph.** ``forward`` runs with autograd recording, so AOTAutograd compiles
   one joint graph and partitions it into a forward and a backward; ``forward`` returns the forward
   graph's output and ``vjp`` runs the same forward graph, then the backward. A forward under
@@ -41,6 +44,11 @@ import torch
 from transformer_conformance.adapters.contract import OPS, Compiles
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
 from transformer_conformance.adapters.torch.tensors import to_numpy
+from transformer_conformance.adapters.versions import release
+
+#: the operations of :data:`UNBACKED_OPS` are compiled with unbacked sizes from torch 2.13, the first release
+#: measured to compile them so (2.4.0 lacks ``mark_unbacked``; 2.5.1's inductor fails on them: release matrix)
+UNBACKED_SIZES = release(torch.__version__) >= (2, 13)
 
 #: Operations compiled with unbacked sizes (no 0/1 specialisation); measured to compile and pass so on
 #: torch 2.13 CPU. The rest keep ``dynamic=True``'s backed sizes.
@@ -64,7 +72,7 @@ INTEGER_RULES = frozenset({"swiglu_hidden_dim", "param_count", "ffn_hidden_dim"}
 
 
 def _compiles(op: str) -> Compiles:
-    return "no" if op in UNBACKED_OPS or op in INTEGER_RULES else "per_shape"
+    return "no" if (UNBACKED_SIZES and op in UNBACKED_OPS) or op in INTEGER_RULES else "per_shape"
 
 
 class TorchCompileAdapter(TorchAdapter):
@@ -100,14 +108,14 @@ class TorchCompileAdapter(TorchAdapter):
     def environment(self) -> dict[str, str]:
         env = super().environment()
         env["compiler"] = "inductor (dynamic shapes; forward = the joint graph's forward)"
-        env["unbacked sizes"] = ", ".join(sorted(UNBACKED_OPS))
+        env["unbacked sizes"] = ", ".join(sorted(UNBACKED_OPS)) if UNBACKED_SIZES else "none (torch < 2.13)"
         return env
 
     def _call(
         self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], grad: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         tensors = self._tensors(op, inputs, grad)
-        if op in UNBACKED_OPS:
+        if UNBACKED_SIZES and op in UNBACKED_OPS:
             for t in tensors.values():
                 for dim in range(t.dim()):
                     torch._dynamo.decorators.mark_unbacked(t, dim)
