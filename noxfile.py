@@ -463,12 +463,15 @@ def _run_release(env: Path, name: str, adapter: str, args: list[str]) -> dict[st
     """One adapter's conformance run on one release, its output passed through: exit status, wall time, and
     the one-line reason when the adapter refused (exit 4, no report)."""
     import os
+    import shutil
     import subprocess
     import time
 
+    out = RELEASE_REPORTS / name / adapter
+    shutil.rmtree(out, ignore_errors=True)  # a run that writes no report must not leave an earlier run's verdict
     command = [
         str(env / "bin" / "transformer-conformance"),
-        *("--adapter", adapter, "--report-dir", str(RELEASE_REPORTS / name / adapter), "--expectations", "builtin"),
+        *("--adapter", adapter, "--report-dir", str(out), "--expectations", "builtin"),
         *args,
     ]
     start = time.perf_counter()

@@ -35,7 +35,7 @@ class Run:
     adapter: str
     exit_status: int | None
     wall_s: float | None
-    verdict: str  # the report's verdict, or "refused" when the adapter refused before checking
+    verdict: str  # the report's verdict; "refused" when the adapter refused before checking; else "no report"
     counts: dict[str, int]
     libraries: dict[str, str]
     reason: str = ""  # the refusal's line
@@ -66,9 +66,9 @@ def load(folder: Path) -> list[Run]:
     for release, adapters in sorted(recorded.items()):
         for adapter, rec in sorted(adapters.items()):
             if (release, adapter) not in seen:
-                out.append(
-                    Run(release, adapter, rec.get("exit"), rec.get("wall_s"), "refused", {}, {}, rec.get("reason", ""))
-                )
+                reason = rec.get("reason", "")
+                verdict = "refused" if reason else f"no report (exit {rec.get('exit')})"
+                out.append(Run(release, adapter, rec.get("exit"), rec.get("wall_s"), verdict, {}, {}, reason))
     return sorted(out, key=lambda r: (r.release, r.adapter))
 
 

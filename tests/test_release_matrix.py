@@ -78,13 +78,15 @@ def test_the_table_has_a_row_per_run_and_a_refusal_gives_its_reason(tmp_path: Pa
     runs = {
         "torch-2.4.0": {"torch": {"exit": 1, "wall_s": 86.1}},
         "liger-kernel-0.3.1": {"liger": {"exit": 4, "wall_s": 3.0, "reason": reason}},
+        "jax-0.4.30": {"jax": {"exit": 3, "wall_s": 9.0}},  # a run that crashed before writing its report
     }
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     rows = table(load(tmp_path)).splitlines()
     assert rows[0].startswith("| release | adapter | verdict | passed | known failures |")
-    assert rows[2] == f"| liger-kernel-0.3.1 | `liger` | refused: {reason} | – | – | – | – | – | – | 3 s |  |"
+    assert rows[2] == "| jax-0.4.30 | `jax` | no report (exit 3) | – | – | – | – | – | – | 9 s |  |"
+    assert rows[3] == f"| liger-kernel-0.3.1 | `liger` | refused: {reason} | – | – | – | – | – | – | 3 s |  |"
     counts = "754 | 0 | 0 | 10 | 0 | 0"
-    assert rows[3] == f"| torch-2.4.0 | `torch` | non-conformant | {counts} | 86 s | torch 2.4.0, triton 3.0.0 |"
+    assert rows[4] == f"| torch-2.4.0 | `torch` | non-conformant | {counts} | 86 s | torch 2.4.0, triton 3.0.0 |"
     out = tmp_path / "releases.md"
     assert main([str(tmp_path), "--out", str(out)]) == 0
     assert out.read_text().splitlines()[2:] == rows
