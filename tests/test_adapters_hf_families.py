@@ -427,3 +427,42 @@ def test_cache_keyword_refuses_a_function_without_one() -> None:
     assert cache_keyword(lambda x, past_key_values=None, **kw: x) == "past_key_values"
     with pytest.raises(NotImplementedError, match="takes no cache argument"):
         cache_keyword(lambda x, **kw: x)
+
+
+def test_mask_arguments_are_named_as_the_release_names_them() -> None:
+    """masking_utils' mask functions are called with the arguments the installed release takes: 5.0's
+    ``input_embeds`` and required ``cache_position``, later releases' ``inputs_embeds`` and ``cache``; 5.0's
+    bidirectional mask takes no cache (adapters/hf/families/base.py, ``mask_arguments``)."""
+    import torch
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from transformer_conformance.adapters.hf.families.base import mask_arguments
+
+    def mask_5_0(config, input_embeds, attention_mask, cache_position, past_key_values, position_ids=None):  # type: ignore[no-untyped-def]
+        return None
+
+    def mask_5_25(config, inputs_embeds, attention_mask, cache=None, position_ids=None, **kwargs):  # type: ignore[no-untyped-def]
+        return None
+
+    embeds, positions, cache = torch.zeros(1, 2, 4), torch.arange(3, 5)[None, :], object()
+    old = mask_arguments(mask_5_0, "config", embeds, positions, cache)
+    assert set(old) == {"config", "input_embeds", "attention_mask", "cache_position", "past_key_values", "position_ids"}
+    assert old["cache_position"].tolist() == [3, 4] and old["past_key_values"] is cache
+    new = mask_arguments(mask_5_25, "config", embeds, positions, cache)
+    assert set(new) == {"config", "inputs_embeds", "attention_mask", "cache", "position_ids"}
+    bidirectional = mask_arguments(create_bidirectional_mask, "config", embeds, positions, cache)
+    assert "config" in bidirectional and bidirectional["attention_mask"] is None
+
+
+@pytest.mark.parametrize("name", ["hf-mistral", "hf-llama4"])
+def test_attention_that_is_not_causal_sees_every_key(name: str) -> None:
+    """A full-attention layer configured ``is_causal`` False gets masking_utils' bidirectional mask (5.0's
+    create_causal_mask ignores is_causal): the first query's output changes with the last key's value."""
+    adapter = load_adapter(name)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 3, 2)).astype(np.float32) for _ in range(3))
+    params = {"causal": False, "softcap": None, "scale": None}
+    first = adapter.forward("attention", {"q": q, "k": k, "v": v}, params)[0, 0, 0]
+    v2 = v.copy()
+    v2[0, 0, 2] += 1.0
+    assert not np.array_equal(adapter.forward("attention", {"q": q, "k": k, "v": v2}, params)[0, 0, 0], first)

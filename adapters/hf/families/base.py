@@ -32,6 +32,7 @@ from torch import nn
 from torch.func import functional_call
 from transformers.cache_utils import DynamicCache
 from transformers.masking_utils import (
+    create_bidirectional_mask,
     create_causal_mask,
     create_chunked_causal_mask,
     create_sliding_window_causal_mask,
@@ -61,8 +62,12 @@ class Family:
     apply_rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     mlp: type[nn.Module]
     layer: type[nn.Module] | None = None
-    #: the family's rotary embedding rotates the first ``partial_rotary_factor``·head_dim dims itself
-    partial_rotary: bool = False
+    #: the family's rotary embedding rotates the first ``partial_rotary_factor``·head_dim dims itself, given as
+    #: this configuration key, spelled as the family's checkpoints spell it (GPT-NeoX's ``rotary_pct``, Phi-3's
+    #: top-level ``partial_rotary_factor``): transformers 5.0 reads only that spelling (5.0's GPT-NeoX
+    #: configuration overwrites a ``rope_parameters`` factor with ``rotary_pct``'s default 0.25, and Phi-3's
+    #: LongRoPE with the top-level default 1.0); later releases read both. None: the family has no partial rotary
+    partial_rotary: str | None = None
     #: the configuration's name of the MLP activation
     act_key: str = "hidden_act"
     #: the norm's weight is stored as γ − offset (Gemma: 1)
@@ -109,8 +114,7 @@ def rotary_module(family: Family, head_dim: int, rotary_dim: int, base: float, s
     longest = int(original * rule.get("factor", 1.0)) + 1 if rule else original
     rope: dict[str, Any] = {"rope_type": kind, "rope_theta": base, **rule}
     dim = head_dim if family.partial_rotary else rotary_dim
-    if family.partial_rotary:
-        rope["partial_rotary_factor"] = rotary_dim / head_dim
+    partial = {family.partial_rotary: rotary_dim / head_dim} if family.partial_rotary else {}
     config = make_config(
         family,
         hidden_size=dim,
@@ -119,6 +123,7 @@ def rotary_module(family: Family, head_dim: int, rotary_dim: int, base: float, s
         head_dim=dim,
         max_position_embeddings=longest,
         rope_parameters=rope,
+        **partial,
         # Phi-3's configuration overwrites the rule's trained length with its own field (4096 unless given)
         **({"original_max_position_embeddings": original} if "original_max_position_embeddings" in rule else {}),
     )
@@ -146,15 +151,41 @@ class EagerCall(nn.Module):
         return out.transpose(1, 2)  # the eager functions return (B, L_q, H, D_v)
 
 
+def keyword(fn: Callable[..., Any], *names: str) -> str:
+    """The first of ``names`` that ``fn`` takes: an argument's name in this transformers release. A function that
+    names none would take the argument into ``**kwargs`` and run without it (Llama 4's attention, given a cache):
+    that is refused, not run."""
+    takes = inspect.signature(fn).parameters
+    for name in names:
+        if name in takes:
+            return name
+    raise NotImplementedError(
+        f"{getattr(fn, '__qualname__', fn)} takes no {' or '.join(names)} argument in this transformers release"
+    )
+
+
 def cache_keyword(fn: Callable[..., Any]) -> str:
     """The name ``fn`` takes its cache by: ``cache`` in later 5.x releases (a module's forward, masking_utils' mask
-    functions), ``past_key_values`` before (5.13, say). A function that names neither would take the cache into
-    ``**kwargs`` and run without it (Llama 4's attention does): that is refused, not run."""
-    names = inspect.signature(fn).parameters
-    for name in ("cache", "past_key_values"):
-        if name in names:
-            return name
-    raise NotImplementedError(f"{getattr(fn, '__qualname__', fn)} takes no cache argument in this transformers release")
+    functions), ``past_key_values`` before (5.13, say)."""
+    return keyword(fn, "cache", "past_key_values")
+
+
+def mask_arguments(
+    make: Callable[..., Any], config: Any, embeds: torch.Tensor, positions: torch.Tensor, cache: Any
+) -> dict[str, Any]:
+    """The arguments of masking_utils' ``make`` (``create_causal_mask`` and its kin) for new tokens of embeddings
+    ``embeds`` at ``positions`` (1, L_q) after what ``cache`` holds, as this release names them: 5.0 takes
+    ``input_embeds`` and a required ``cache_position``, later releases ``inputs_embeds`` and no cache position;
+    5.0's ``create_bidirectional_mask`` takes no cache and no positions."""
+    takes = inspect.signature(make).parameters
+    given = {"config": config, keyword(make, "inputs_embeds", "input_embeds"): embeds, "attention_mask": None}
+    if "position_ids" in takes:
+        given["position_ids"] = positions
+    if "cache_position" in takes:
+        given["cache_position"] = positions[0]
+    if make is not create_bidirectional_mask or {"cache", "past_key_values"} & set(takes):
+        given[cache_keyword(make)] = cache
+    return given
 
 
 def layer_mask(
@@ -173,8 +204,12 @@ def layer_mask(
     b, lq = q.shape[0], q.shape[-2]
     embeds = torch.zeros(b, lq, config.hidden_size, dtype=q.dtype, device=q.device)  # only its shape and dtype count
     positions = torch.arange(past, past + lq, device=q.device)[None, :]
-    given = {"config": config, "inputs_embeds": embeds, "attention_mask": None, "position_ids": positions}
-    mask = MASKS[kind](**given, **{cache_keyword(MASKS[kind]): cache})
+    make = MASKS[kind]
+    if kind == "full_attention" and not getattr(config, "is_causal", True):
+        # not causal: the bidirectional mask, which later 5.x releases' create_causal_mask hands such a
+        # configuration to; 5.0's does not read is_causal (its encoders call create_bidirectional_mask themselves)
+        make = create_bidirectional_mask
+    mask = make(**mask_arguments(make, config, embeds, positions, cache))
     keys, values = cache.update(k[:, :, past:], v[:, :, past:], 0)
     return mask, keys, values
 

@@ -45,7 +45,7 @@ from transformers.masking_utils import create_causal_mask
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek_v3
 
 from transformer_conformance.adapters.contract import Capability
-from transformer_conformance.adapters.hf.families.base import cache_keyword
+from transformer_conformance.adapters.hf.families.base import cache_keyword, mask_arguments
 
 #: the trained length of the configurations (the rotary embedding takes the positions as they come, at any length)
 TRAINED = 4096
@@ -164,13 +164,9 @@ class DeepseekV3MlaMixin:
         setattr(attn, "is_causal", bool(causal))  # noqa: B010 - the module's attribute, as an encoder holds it
         mask: Any = None
         if causal:
-            mask = create_causal_mask(
-                config=config,
-                inputs_embeds=hidden[:, past:],
-                attention_mask=None,
-                **{cache_keyword(create_causal_mask): kv_cache},
-                position_ids=torch.arange(past, lk, device=latent.device)[None, :],
-            )
+            positions = torch.arange(past, lk, device=latent.device)[None, :]
+            given = mask_arguments(create_causal_mask, config, hidden[:, past:], positions, kv_cache)
+            mask = create_causal_mask(**given)
         out, _ = functional_call(
             attn, weights, (hidden[:, past:], (cos[:, past:], sin[:, past:]), mask), {key: kv_cache}
         )

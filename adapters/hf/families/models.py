@@ -4,7 +4,7 @@ Supported: transformers 5.x (the ``rope_parameters`` configurations; measured on
 A release without one of these model files fails to load with the import error, in one line. Declared from the
 source; what a family cannot express in the contract is not declared, and docs/adapters.md says why:
 
-* ``hf-gpt-neox`` — ``nn.LayerNorm`` (layer_norm); ``GPTNeoXRotaryEmbedding`` with ``partial_rotary_factor``
+* ``hf-gpt-neox`` — ``nn.LayerNorm`` (layer_norm); ``GPTNeoXRotaryEmbedding`` with ``rotary_pct`` (its checkpoints' key)
   and GPT-NeoX's ``apply_rotary_pos_emb``, which rotates x[..., :rotary_dim] itself (half split, in x's dtype);
   ``GPTNeoXMLP`` (mlp, its biases zero). Its parallel block (two LayerNorms, a biased GELU MLP) is not the
   contract's RMSNorm/SwiGLU block: not declared.
@@ -134,7 +134,7 @@ class HFGPTNeoXAdapter(FamilyAdapter):
         neox.GPTNeoXRotaryEmbedding,
         neox.apply_rotary_pos_emb,
         neox.GPTNeoXMLP,
-        partial_rotary=True,
+        partial_rotary="rotary_pct",
     )
 
     def __init__(self, device: str = "cpu") -> None:
@@ -204,7 +204,7 @@ class HFPhi3Adapter(FamilyAdapter):
         phi3.apply_rotary_pos_emb,
         phi3.Phi3MLP,
         phi3.Phi3DecoderLayer,
-        partial_rotary=True,
+        partial_rotary="partial_rotary_factor",
     )
 
     def __init__(self, device: str = "cpu") -> None:
@@ -527,7 +527,10 @@ class HFLlama4Adapter(Llama4RouterMixin, FamilyAdapter):
         if p0:  # p₀ earlier tokens' keys and values (zeros, one KV head; a view, no memory of their own)
             earlier = torch.zeros(1, 1, 1, d, dtype=q.dtype, device=q.device).expand(1, 1, p0, d)
             cache.update(earlier, earlier, 0)
-        functional_call(attn, weights, (hidden, None, None), {cache_keyword(attn.forward): cache})
+        given: dict[str, Any] = {cache_keyword(attn.forward): cache}
+        if "cache_position" in inspect.signature(attn.forward).parameters:  # 5.0: the positions come from here
+            given["cache_position"] = torch.arange(p0, p0 + t, device=q.device)
+        functional_call(attn, weights, (hidden, None, None), given)
         captured = attn.__dict__.pop("captured_query")  # (1, heads, T, D)
         return captured[0].reshape(q.shape)
 

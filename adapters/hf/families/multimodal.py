@@ -3,6 +3,9 @@
 * ``hf-qwen2-vl`` — ``Qwen2VLRotaryEmbedding`` on the (3, B, T) position ids (temporal, height, width), whose
   ``mrope_section`` splits the frequencies into consecutive sections (``streams="sections"``), and the modeling
   file's ``apply_rotary_pos_emb`` (halves; cos and sin rounded to x's dtype, the rotation in x's dtype: unfused).
+  In transformers 5.0 the rotary embedding returns each stream's cos and sin, and the attention merges the sections
+  in ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section)``: the adapter calls what the release's
+  ``Qwen2VLAttention`` calls.
 * ``hf-qwen3-vl`` — ``Qwen3VLTextRotaryEmbedding``, whose frequencies interleave the three streams
   (``streams="interleaved"``: t, h, w, t, h, w, …), and Qwen3-VL's ``apply_rotary_pos_emb``.
 
@@ -12,7 +15,6 @@ downloaded. Supported: transformers 5.x, measured on 5.24 with torch 2.13, CPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,7 +34,6 @@ class _MRopeAdapter(_HFAdapter):
 
     config: type
     rotary: type[nn.Module]
-    apply_rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     streams: str
 
     def __init__(self, device: str = "cpu") -> None:
@@ -63,8 +64,12 @@ class _MRopeAdapter(_HFAdapter):
         module = self.rotary(config).to(x.device)
         q = x.reshape(1, -1, t, d)  # (batch, heads, T, d)
         cos, sin = module(q, positions[:, None, :])  # position ids (3, batch, T)
-        out, _ = self.apply_rotary(q, q, cos, sin)
+        out = self.rotate(q, cos, sin, sections)
         return out.reshape(x.shape)
+
+    def rotate(self, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sections: tuple[int, int, int]) -> Any:
+        """q rotated by the rotary embedding's cos and sin, as the family's attention rotates its queries."""
+        raise NotImplementedError
 
     def _impl(self, op: str) -> Any:
         return {"mrope": self.mrope}[op]
@@ -76,8 +81,12 @@ class HFQwen2VLAdapter(_MRopeAdapter):
     name = "hf-qwen2-vl"
     config = Qwen2VLTextConfig
     rotary = qwen2_vl.Qwen2VLRotaryEmbedding
-    apply_rotary = staticmethod(qwen2_vl.apply_rotary_pos_emb)
     streams = "sections"
+
+    def rotate(self, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sections: tuple[int, int, int]) -> Any:
+        merge = getattr(qwen2_vl, "apply_multimodal_rotary_pos_emb", None)  # 5.0: the sections merged here
+        out, _ = qwen2_vl.apply_rotary_pos_emb(q, q, cos, sin) if merge is None else merge(q, q, cos, sin, sections)
+        return out
 
 
 class HFQwen3VLAdapter(_MRopeAdapter):
@@ -86,5 +95,8 @@ class HFQwen3VLAdapter(_MRopeAdapter):
     name = "hf-qwen3-vl"
     config = Qwen3VLTextConfig
     rotary = qwen3_vl.Qwen3VLTextRotaryEmbedding
-    apply_rotary = staticmethod(qwen3_vl.apply_rotary_pos_emb)
     streams = "interleaved"
+
+    def rotate(self, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sections: tuple[int, int, int]) -> Any:
+        out, _ = qwen3_vl.apply_rotary_pos_emb(q, q, cos, sin)
+        return out
