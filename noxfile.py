@@ -68,6 +68,8 @@ NO_DEPS: dict[str, tuple[str, ...]] = _EXTRAS_PY["NO_DEPS"]
 def no_deps_requirements(extras: tuple[str, ...] | list[str]) -> list[str]:
     """The requirements the ``extras`` install without their dependencies (adapters/extras.py, NO_DEPS)."""
     return [r for e in extras for r in NO_DEPS.get(e, ())]
+
+
 DEFAULT_ADAPTERS = ("numpy", "torch")
 
 
@@ -217,7 +219,11 @@ def lint(session: nox.Session) -> None:
     session.run("rm", "-rf", ".lint", external=True)
     session.run("pip", "install", "--quiet", "--no-deps", "--target", ".lint", ".", silent=True)
     session.run(
-        "mypy", "--explicit-package-bases", ".lint/transformer_conformance", "benchmarks", "mutants",
+        "mypy",
+        "--explicit-package-bases",
+        ".lint/transformer_conformance",
+        "benchmarks",
+        "mutants",
         env={"MYPYPATH": ".lint"},
     )
 
@@ -459,6 +465,17 @@ def _release_env(session: nox.Session, name: str) -> Path:
     return env
 
 
+def _release_selection(names: list[str]) -> dict[str, tuple[str, ...]]:
+    """The entries (and, after a colon, some of an entry's adapters) named on the command line:
+    ``["jax-0.4.30", "liger-kernel-0.4.0:liger-gemma,liger-none"]`` → {"jax-0.4.30": (), "liger-kernel-0.4.0":
+    ("liger-gemma", "liger-none")}, () meaning all of the entry's; none named: every entry."""
+    chosen: dict[str, tuple[str, ...]] = {}
+    for arg in names:
+        name, _, picked = arg.partition(":")
+        chosen[name] = tuple(a for a in picked.split(",") if a)
+    return chosen or {name: () for name in RELEASES}
+
+
 def _run_release(env: Path, name: str, adapter: str, args: list[str]) -> dict[str, object]:
     """One adapter's conformance run on one release, its output passed through: exit status, wall time, and
     the one-line reason when the adapter refused (exit 4, no report)."""
@@ -495,20 +512,24 @@ def release_matrix(session: nox.Session) -> None:
     """The release matrix (adapters/releases.py): each library release in an environment of its own, its
     adapters' conformance runs with their expectation files, then reports/releases/releases.md (per release and
     adapter: the verdict, its counts, the time, the releases installed). ``-- NAME ...`` runs some entries
-    (default: all); other arguments go to each run (``-- jax-0.4.30 --hypothesis-profile=dev``). A library
-    release failing checks is a result, not an error of the session."""
+    (default: all), ``-- NAME:ADAPTER,ADAPTER`` some of an entry's adapters; other arguments go to each run
+    (``-- jax-0.4.30 --hypothesis-profile=dev``). A library release failing checks is a result, not an error of
+    the session."""
     import json
 
-    names = [a for a in session.posargs if not a.startswith("-")] or list(RELEASES)
+    chosen = _release_selection([a for a in session.posargs if not a.startswith("-")])
     args = [a for a in session.posargs if a.startswith("-")]
-    unknown = [n for n in names if n not in RELEASES]
+    unknown = [n for n in chosen if n not in RELEASES]
     if unknown:
         session.error(f"not in the release matrix: {', '.join(unknown)}; it has {', '.join(RELEASES)}")
+    strays = [f"{n}:{a}" for n, picked in chosen.items() for a in picked if a not in RELEASES[n][1]]
+    if strays:
+        session.error(f"not run on that release by the matrix: {', '.join(strays)}")
     runs_file = RELEASE_REPORTS / "runs.json"
     runs = json.loads(runs_file.read_text()) if runs_file.exists() else {}
-    for name in names:
+    for name, picked in chosen.items():
         env = _release_env(session, name)
-        for adapter in RELEASES[name][1]:
+        for adapter in picked or RELEASES[name][1]:
             runs.setdefault(name, {})[adapter] = _run_release(env, name, adapter, args)
             runs_file.parent.mkdir(parents=True, exist_ok=True)
             runs_file.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")

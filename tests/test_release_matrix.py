@@ -41,6 +41,8 @@ def test_each_entry_pins_releases_its_adapters_declare(name: str) -> None:
 
 @pytest.mark.parametrize("dist", MEASURED)
 def test_every_declared_lower_bound_is_measured(dist: str) -> None:
+    """Every adapter's declared lower bound of transformers, liger-kernel and jax is an entry that runs it; of torch,
+    that of every adapter the matrix runs on torch releases (torch, torch-compile: the others' torch is the CI's)."""
     for adapter, ranges in SUPPORTED.items():
         for rng in ranges:
             if rng.distribution != dist:
@@ -52,7 +54,7 @@ def test_every_declared_lower_bound_is_measured(dist: str) -> None:
                 if adapter in adapters and release(_pins(n).get(dist, "-"))[: len(low)] == low
             ]
             ran_elsewhere = any(dist in _pins(n) and adapter in a for n, (_, a) in RELEASES.items())
-            if ran_elsewhere:  # an adapter the matrix runs on this library: its lower bound is an entry
+            if dist != "torch" or ran_elsewhere:
                 assert runs, f"{adapter}: the lower bound of {rng} is not in adapters/releases.py"
 
 
@@ -63,6 +65,12 @@ def test_the_noxfile_reads_the_same_matrix() -> None:
     assert distribution("Liger_Kernel==0.4.0") == "liger-kernel"
     assert distribution("torch==2.13.0  # the CPU build") == "torch"
     assert distribution("jax[cpu]>=0.4.30") == "jax"
+    selection = nox_globals["_release_selection"]
+    assert selection([]) == {name: () for name in RELEASES}
+    assert selection(["jax-0.4.30", "liger-kernel-0.4.0:liger-gemma,liger-none"]) == {
+        "jax-0.4.30": (),
+        "liger-kernel-0.4.0": ("liger-gemma", "liger-none"),
+    }
 
 
 def _report(verdict: str, summary: dict[str, int], libraries: dict[str, str]) -> dict[str, Any]:
