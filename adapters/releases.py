@@ -6,7 +6,6 @@ run there with their expectation files. Each range's lower bound and its latest 
 releases with known defects; docs/adapters.md ("Measured releases") has the verdicts.
 """
 
-#: name -> (the pip requirements that pin the release, the built-in adapters run on it)
 #: the model families of adapters/hf/families that take transformers >= 5.0 (hf-deepseek-v3: >= 5.13)
 FAMILIES_5_0 = (
     "hf-gpt-neox",
@@ -28,6 +27,7 @@ FAMILIES_5_0 = (
 #: the Liger adapters: its kernels, and its RMSNorm's other two casting modes
 LIGER = ("liger", "liger-gemma", "liger-none")
 
+#: name -> (the pip requirements that pin the release, the built-in adapters run on it)
 RELEASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # torch's lower bound (2.4: F.rms_norm) with the Triton it was built with, and the CI's release
     "torch-2.4.0": (("torch==2.4.0", "triton==3.0.0"), ("torch", "torch-compile")),

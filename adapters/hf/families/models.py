@@ -1,6 +1,7 @@
 """One adapter per HF model family, each running its own modeling file's classes (``base.py``).
 
-Supported: transformers 5.x (the ``rope_parameters`` configurations; measured on 5.24 with torch 2.13, CPU).
+Supported: transformers 5.x (the ``rope_parameters`` configurations; measured on 5.0.0 and 5.25.0 with torch 2.13,
+CPU: adapters/releases.py).
 A release without one of these model files fails to load with the import error, in one line. Declared from the
 source; what a family cannot express in the contract is not declared, and docs/adapters.md says why:
 

@@ -10,7 +10,7 @@
   (``streams="interleaved"``: t, h, w, t, h, w, …), and Qwen3-VL's ``apply_rotary_pos_emb``.
 
 Each configuration holds the suite's base as ``rope_theta`` and its sections as ``mrope_section``; no weights are
-downloaded. Supported: transformers 5.x, measured on 5.24 with torch 2.13, CPU.
+downloaded. Supported: transformers 5.x, measured on 5.0.0 and 5.25.0 with torch 2.13, CPU.
 """
 
 from __future__ import annotations
