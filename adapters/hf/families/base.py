@@ -151,23 +151,22 @@ class EagerCall(nn.Module):
         return out.transpose(1, 2)  # the eager functions return (B, L_q, H, D_v)
 
 
-def keyword(fn: Callable[..., Any], *names: str) -> str:
-    """The first of ``names`` that ``fn`` takes: an argument's name in this transformers release. A function that
-    names none would take the argument into ``**kwargs`` and run without it (Llama 4's attention, given a cache):
-    that is refused, not run."""
+def keyword(fn: Callable[..., Any], what: str, *names: str) -> str:
+    """The first of ``names`` that ``fn`` takes for its ``what`` argument: its name in this transformers release. A
+    function that names none would take the argument into ``**kwargs`` and run without it (Llama 4's attention,
+    given a cache): that is refused, not run."""
     takes = inspect.signature(fn).parameters
     for name in names:
         if name in takes:
             return name
-    raise NotImplementedError(
-        f"{getattr(fn, '__qualname__', fn)} takes no {' or '.join(names)} argument in this transformers release"
-    )
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    raise NotImplementedError(f"{qualname} takes no {what} argument in this transformers release")
 
 
 def cache_keyword(fn: Callable[..., Any]) -> str:
     """The name ``fn`` takes its cache by: ``cache`` in later 5.x releases (a module's forward, masking_utils' mask
     functions), ``past_key_values`` before (5.13, say)."""
-    return keyword(fn, "cache", "past_key_values")
+    return keyword(fn, "cache", "cache", "past_key_values")
 
 
 def mask_arguments(
@@ -178,7 +177,8 @@ def mask_arguments(
     ``input_embeds`` and a required ``cache_position``, later releases ``inputs_embeds`` and no cache position;
     5.0's ``create_bidirectional_mask`` takes no cache and no positions."""
     takes = inspect.signature(make).parameters
-    given = {"config": config, keyword(make, "inputs_embeds", "input_embeds"): embeds, "attention_mask": None}
+    embeddings = keyword(make, "embeddings", "inputs_embeds", "input_embeds")
+    given = {"config": config, embeddings: embeds, "attention_mask": None}
     if "position_ids" in takes:
         given["position_ids"] = positions
     if "cache_position" in takes:
