@@ -5,7 +5,7 @@
   file's ``apply_rotary_pos_emb`` (halves; cos and sin rounded to x's dtype, the rotation in x's dtype: unfused).
   In transformers 5.0 the rotary embedding returns each stream's cos and sin, and the attention merges the sections
   in ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section)``: the adapter calls what the release's
-  ``Qwen2VLAttention`` calls.
+  ``Qwen2VLAttention`` calls, chosen by the shape of the cos and sin the rotary embedding returns.
 * ``hf-qwen3-vl`` — ``Qwen3VLTextRotaryEmbedding``, whose frequencies interleave the three streams
   (``streams="interleaved"``: t, h, w, t, h, w, …), and Qwen3-VL's ``apply_rotary_pos_emb``.
 
@@ -84,8 +84,15 @@ class HFQwen2VLAdapter(_MRopeAdapter):
     streams = "sections"
 
     def rotate(self, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sections: tuple[int, int, int]) -> Any:
-        merge = getattr(qwen2_vl, "apply_multimodal_rotary_pos_emb", None)  # 5.0: the sections merged here
-        out, _ = qwen2_vl.apply_rotary_pos_emb(q, q, cos, sin) if merge is None else merge(q, q, cos, sin, sections)
+        if cos.dim() == 3:  # the sections already merged by the rotary embedding (later 5.x)
+            out, _ = qwen2_vl.apply_rotary_pos_emb(q, q, cos, sin)
+            return out
+        # each stream's cos and sin (3, B, T, D), as 5.0's rotary embedding returns them: its attention merges the
+        # sections; a release with neither is refused, not run
+        merge = getattr(qwen2_vl, "apply_multimodal_rotary_pos_emb", None)
+        if merge is None:
+            raise NotImplementedError(f"{self.name}: per-stream cos and sin, and no apply_multimodal_rotary_pos_emb")
+        out, _ = merge(q, q, cos, sin, list(sections))
         return out
 
 
