@@ -1,4 +1,4 @@
-"""The two Triton interpreter bridges (adapters/triton_interpreter_compat.py): each gap is still there
+"""The Triton interpreter bridges (adapters/triton/interpreter_compat.py): each gap is still there
 upstream — when a test here fails with "can be removed", the bridge is no longer needed — and each bridge
 closes it."""
 
@@ -74,7 +74,7 @@ def test_float_argument_gap_is_still_upstream(interpret: None) -> None:
     else:
         pytest.fail(
             "Triton's interpreter now passes float kernel arguments as scalars: the float bridge "
-            "(wrap_float_arguments in adapters/triton_interpreter_compat.py) can be removed"
+            "(wrap_float_arguments in adapters/triton/interpreter_compat.py) can be removed"
         )
 
 
@@ -94,7 +94,7 @@ def test_libdevice_gap_is_still_upstream(interpret: None, name: str, monkeypatch
     else:
         pytest.fail(
             f"Triton's interpreter now implements libdevice.{name}: its bridge (LIBDEVICE_BRIDGES in "
-            "adapters/triton_interpreter_compat.py) can be removed"
+            "adapters/triton/interpreter_compat.py) can be removed"
         )
 
 
@@ -139,3 +139,134 @@ def test_bridged_libdevice_runs_in_a_kernel(interpret: None, monkeypatch: pytest
     stand_in = compat.BridgedLibdevice(libdevice)
     got = _run(_libdevice_kernel(stand_in.log1p, monkeypatch)).numpy()
     np.testing.assert_allclose(got, np.log1p([0.25, 1.0, 2.0, 4.0]), rtol=2**-22)
+
+
+#: the combine function of the reduction kernels (a kernel reads module globals): a & b, as Cut Cross-Entropy's
+AND: Any = None
+
+
+def _all_below_half(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):  # type: ignore[no-untyped-def]
+    """out[0] = every element of the R × C block is below 0.5 (Cut Cross-Entropy's _block_is_filtered)."""
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr, tl.reduce(x < 0.5, None, AND).to(tl.int32))
+
+
+def _rows_below_half(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):  # type: ignore[no-untyped-def]
+    """out[i] = every element of row i is below 0.5."""
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr + tl.arange(0, R), tl.reduce(x < 0.5, 1, AND).to(tl.int32))
+
+
+def _reduce(kernel: Any, x: torch.Tensor) -> list[int]:
+    out = torch.zeros(x.shape[0], dtype=torch.int32)
+    triton.jit(kernel)[(1,)](x, out, R=x.shape[0], C=x.shape[1])
+    return out.tolist()
+
+
+@pytest.fixture
+def and_combine(interpret: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A combine function a & b, defined for the interpreter, and the interpreter's own reduction to begin with."""
+
+    def both(a, b):  # type: ignore[no-untyped-def]
+        return a & b
+
+    fn = triton.jit(both)
+    monkeypatch.setitem(globals(), "AND", fn)
+    monkeypatch.setattr(interpreter.ReduceOps, "apply_impl", compat.UPSTREAM_REDUCE)
+    monkeypatch.setattr(compat, "VECTORISED", {})
+    yield fn
+
+
+def test_custom_combine_reduction_gap_is_still_upstream(and_combine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    upstream = interpreter.ReduceOps.generic_reduce
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", lambda self, i: calls.append(1) or upstream(self, i))
+    assert _reduce(_all_below_half, torch.full((4, 8), 0.25)) == [1, 0, 0, 0]
+    if not calls:
+        pytest.fail(
+            "Triton's interpreter now reduces with a kernel's own combine function without calling it element by "
+            "element: the reduction bridge (vectorise_reductions in adapters/triton/interpreter_compat.py) can be "
+            "removed"
+        )
+
+
+@pytest.mark.parametrize("kernel", [_all_below_half, _rows_below_half])
+@pytest.mark.parametrize("seed", range(4))
+def test_vectorised_reduction_equals_the_interpreters(
+    and_combine: Any, kernel: Any, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bridge's one NumPy call gives what the interpreter's element-by-element reduction gives, without it."""
+    x = torch.rand(4, 8, generator=torch.Generator().manual_seed(seed)) * (0.55 if seed % 2 else 0.505)
+    x[seed % 4] = 0.25  # one row all below: never all rows false
+    want = _reduce(kernel, x)
+    assert compat.vectorise_reductions({and_combine: np.bitwise_and}) == ["both (bitwise_and)"]
+    calls: list[int] = []
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", lambda self, i: calls.append(1))
+    assert _reduce(kernel, x) == want
+    assert not calls  # the bridge, not the interpreter's loop, reduced
+
+
+def test_vectorise_reductions_refuses_an_order_dependent_reduction(and_combine: Any) -> None:
+    with pytest.raises(ValueError, match="not an order-free bitwise reduction"):
+        compat.vectorise_reductions({and_combine: np.add})
+    assert not compat.VECTORISED
+
+
+def test_describe_names_every_bridge() -> None:
+    bridged = {"kernels": ["rsqrt"], "more": ["tl_libdevice.log1p"], "reductions": ["both (bitwise_and)"]}
+    assert compat.describe(bridged) == (
+        "float arguments; libdevice rsqrt, tl_libdevice.log1p; reductions both (bitwise_and); "
+        "language patched once a launch"
+    )
+    assert compat.describe({"kernels": ["rsqrt"]}) == "float arguments; libdevice rsqrt; language patched once a launch"
+
+
+#: the device function the doubling kernel calls (a kernel reads module globals)
+TWICE: Any = None
+
+
+def _double(x_ptr, y_ptr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, TWICE(tl.load(x_ptr + offs)))  # type: ignore[misc]
+
+
+@pytest.fixture
+def device_function(interpret: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """A kernel of 3 programs each calling a device function, the interpreter's own patching to begin with;
+    yields the list ``_patch_builtin`` appends to on each call."""
+
+    def twice(x):  # type: ignore[no-untyped-def]
+        return x * 2
+
+    monkeypatch.setitem(globals(), "TWICE", triton.jit(twice))
+    monkeypatch.setattr(interpreter, "_patch_lang", compat.UPSTREAM_PATCH_LANG)
+    calls: list[int] = []
+    upstream = interpreter._patch_builtin
+    monkeypatch.setattr(interpreter, "_patch_builtin", lambda *a: calls.append(1) or upstream(*a))
+    yield calls
+
+
+def _launch_doubling() -> list[float]:
+    x = torch.arange(12, dtype=torch.float32)
+    y = torch.zeros(12)
+    triton.jit(_double)[(3,)](x, y, BLOCK=4)
+    return y.tolist()
+
+
+def test_device_function_repatching_is_still_upstream(device_function: list[int]) -> None:
+    assert _launch_doubling() == [2.0 * i for i in range(12)]
+    per_patch = 4  # triton.language, its tensor class, tl.math, the tensor descriptor
+    if len(device_function) <= per_patch:
+        pytest.fail(
+            "Triton's interpreter no longer patches the language again for each device function call: the "
+            "language bridge (patch_language_once in adapters/triton/interpreter_compat.py) can be removed"
+        )
+    assert len(device_function) == per_patch * (1 + 3)  # the launch's, then one per program's call
+
+
+def test_language_is_patched_once_a_launch(device_function: list[int]) -> None:
+    compat.patch_language_once()
+    assert _launch_doubling() == [2.0 * i for i in range(12)]
+    assert len(device_function) == 4  # the launch's own patch only
+    assert tl.core.is_builtin(tl.load)  # and the launch undid it, as without the bridge
+    assert _launch_doubling() == [2.0 * i for i in range(12)] and len(device_function) == 8  # the next launch patches

@@ -5,7 +5,8 @@
   indexed dot product, and a backward that recomputes each block of logits and skips the blocks whose every
   gradient is below ``filter_eps``. Without CUDA the kernels run under Triton's interpreter, switched on as for
   Liger-Kernel (``TRITON_INTERPRET=1`` before triton is imported; adapters/liger/adapter.py), with the interpreter
-  bridges of adapters/triton/interpreter_compat.py (the kernels call ``libdevice.log1p``, an empty stub there).
+  bridges of adapters/triton/interpreter_compat.py (the kernels call ``libdevice.log1p``, an empty stub there, and
+  reduce with a combine function of their own, which the interpreter would call once per element).
 * ``cce-torch-compile`` — ``impl="torch_compile"``: ``torch.compile(fullgraph=True, dynamic=True)`` of the
   logits ``e @ c.T`` and ``F.cross_entropy`` of their float32 copy, after the ignored tokens are dropped.
 
@@ -38,6 +39,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import version
 
+import numpy as np
 import torch
 
 from transformer_conformance.adapters.versions import SUPPORTED, require
@@ -66,7 +68,11 @@ from transformer_conformance.adapters.triton.env import check_device  # noqa: E4
 INTERPRETED = not _IMPORTED_COMPILED and isinstance(
     cut_cross_entropy.cce_lse_forward._cce_lse_forward_kernel.fn.fn, triton.runtime.interpreter.InterpretedFunction
 )
-BRIDGED = compat.apply([cut_cross_entropy.tl_utils])
+#: its backward's "is every gradient of this block below filter_eps" is a reduction with a & b, which the interpreter
+#: would run element by element in Python (adapters/triton/interpreter_compat.py): a bitwise AND of booleans
+BRIDGED = compat.apply(
+    [cut_cross_entropy.tl_utils], reductions={cut_cross_entropy.tl_utils.tl_and_reduce_fn: np.bitwise_and}
+)
 
 OP = "linear_cross_entropy"
 
@@ -141,9 +147,7 @@ class CCEAdapter(TorchAdapter):
         if self.impl_name == "cce":
             env["triton mode"] = "compiled" if self.compiled() else "interpreter (TRITON_INTERPRET=1)"
             if BRIDGED and not self.compiled():
-                env["interpreter bridges"] = "float arguments; libdevice " + ", ".join(
-                    sorted({n for names in BRIDGED.values() for n in names})
-                )
+                env["interpreter bridges"] = compat.describe(BRIDGED)
         return env
 
 

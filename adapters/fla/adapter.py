@@ -356,8 +356,7 @@ class FlaAdapter(TorchAdapter):
         env["triton"] = triton.__version__
         env["triton mode"] = "compiled" if self.compiled() else "interpreter (TRITON_INTERPRET=1)"
         if not self.compiled():
-            bridges = sorted({n for names in BRIDGED.values() for n in names})
-            env["interpreter bridges"] = "float arguments; libdevice " + ", ".join(bridges)
+            env["interpreter bridges"] = compat.describe(BRIDGED)
             env["untimed autotuning"] = f"{len(UNTIMED)} kernels take their first configuration (no GPU driver)"
         return env
 

@@ -14,7 +14,7 @@ reads it as each kernel is decorated, its own library functions — ``tl.sum``, 
 imported), unless the variable is already set. It then stays set for the process: on a machine without
 CUDA no Triton kernel can run compiled anyway, and nothing changes for the other adapters. A process that
 imported triton before this module cannot interpret Liger's kernels: the adapter then refuses the CPU with
-a one-line error. ``adapters/triton_interpreter_compat.py`` bridges two interpreter gaps that break
+a one-line error. ``adapters/triton/interpreter_compat.py`` bridges two interpreter gaps that break
 RMSNorm, LayerNorm, SwiGLU, GeGLU and soft-capped cross-entropy there. The interpreter computes bfloat16
 arithmetic on the raw 16-bit patterns and truncates float32 to bfloat16, so bfloat16 is declared only
 where the kernels are compiled; float32 and float16 run in both.
@@ -380,9 +380,7 @@ class LigerAdapter(TorchAdapter):
         if self.device_limits:
             env["not on this device"] = self.device_limits
         if BRIDGED:
-            env["interpreter bridges"] = "float arguments; libdevice " + ", ".join(
-                sorted({n for names in BRIDGED.values() for n in names})
-            )
+            env["interpreter bridges"] = compat.describe(BRIDGED)
         return env
 
 

@@ -1,5 +1,6 @@
-"""Two bridges over gaps of Triton's interpreter (``TRITON_INTERPRET=1``), the CPU fallback that runs a
-Triton kernel as NumPy code; used by the ``liger`` adapters on a machine without a GPU, never on a GPU.
+"""Bridges over gaps and slow paths of Triton's interpreter (``TRITON_INTERPRET=1``), the CPU fallback that runs
+a Triton kernel as NumPy code; used by the ``liger``, ``cce``, ``fla`` and ``unsloth`` adapters on a machine
+without a GPU, never on a GPU.
 
 Measured on triton 3.9.0 (tests/test_triton_interpreter_compat.py tells when each stops being needed):
 
@@ -14,8 +15,23 @@ Measured on triton 3.9.0 (tests/test_triton_interpreter_compat.py tells when eac
   only while a kernel runs, so the lookup must be late). A module that imported libdevice itself
   (``from triton.language.extra import libdevice as tl_libdevice``, as Cut Cross-Entropy's kernels do) gets a
   stand-in for it: the bridged functions, and libdevice's own stubs for the rest.
+* **reductions with a combine function of the kernel's own** — the interpreter reduces ``tl.reduce(x, axis,
+  fn)`` with NumPy where ``fn`` is one of Triton's (sum, max, min, argmax, argmin), and otherwise element by
+  element, calling ``fn`` once per element in Python: Cut Cross-Entropy's backward asks, for each block of
+  128 × 128 logits, whether all of its gradients are below ``filter_eps`` with ``tl.reduce(.., None, a & b)``,
+  16,384 Python calls a block, 97 % of its interpreted run time. ``vectorise_reductions`` gives the
+  interpreter such a combine function's NumPy equivalent (a ufunc reduce: only exact, order-free ones, bitwise
+  AND, OR, XOR of booleans and integers), used only for a single boolean or integer input.
 
-Nothing here changes a kernel's arithmetic beyond what the interpreter does anyway: float32 NumPy.
+* **device functions patch the language again** — a launch patches ``triton.language`` (its builtins, the tensor
+  class, ``tl.math``) to interpreted versions for its run, and every call of a ``@triton.jit`` device function
+  inside it patches them again (``inspect.getmembers`` over each module), although they already are: a third of a
+  Liger LayerNorm program's interpreted time. ``patch_language_once`` skips a device function's patching when every
+  language module it sees is already patched (their ``load`` no longer the builtin), and calls the interpreter's
+  own otherwise; the launch's own patch and its undoing are untouched.
+
+Nothing here changes a kernel's arithmetic beyond what the interpreter does anyway: float32 NumPy, and a
+bitwise reduction whose result does not depend on the order of its operands.
 """
 
 from __future__ import annotations
@@ -108,10 +124,89 @@ def bridge_libdevice(module: types.ModuleType) -> list[str]:
     return done
 
 
-def apply(modules: Iterable[types.ModuleType]) -> dict[str, list[str]]:
-    """Both bridges, for the kernels of ``modules``; only when kernels are interpreted. Returns what was
-    rebound per module (empty when not interpreting)."""
+#: the reductions whose result does not depend on the order of the operands, the only ones a combine function may
+#: be vectorised to (a float sum's would: the interpreter's element-by-element order is the kernel's semantics)
+EXACT_UFUNCS = (np.bitwise_and, np.bitwise_or, np.bitwise_xor)
+
+#: combine function (the ``triton.jit`` object a kernel passes to ``tl.reduce``) -> the ufunc that reduces as it does
+VECTORISED: dict[object, np.ufunc] = {}
+
+#: the interpreter's own reduction, before any bridge
+UPSTREAM_REDUCE: Callable[..., Any] = getattr(
+    interpreter.ReduceOps.apply_impl, "__wrapped_upstream__", interpreter.ReduceOps.apply_impl
+)
+
+
+def _reduce_vectorised(self: Any, input: tuple[Any, ...]) -> Any:
+    ufunc = VECTORISED.get(self.combine_fn)
+    if ufunc is not None and len(input) == 1 and input[0].handle.data.dtype.kind in "biu":
+        data = input[0].handle.data
+        return [self.to_tensor(ufunc.reduce(data, axis=self.axis, keepdims=self.keep_dims), input[0].dtype)]
+    return UPSTREAM_REDUCE(self, input)
+
+
+_reduce_vectorised.__wrapped_upstream__ = UPSTREAM_REDUCE  # type: ignore[attr-defined]
+
+
+def vectorise_reductions(combine: dict[object, np.ufunc]) -> list[str]:
+    """Let the interpreter reduce with each combine function of ``combine`` as its ufunc does, in one NumPy call
+    (idempotent); returns the functions' names. Refuses a ufunc whose reduction depends on the order."""
+    for fn, ufunc in combine.items():
+        if ufunc not in EXACT_UFUNCS:
+            raise ValueError(f"{ufunc.__name__} is not an order-free bitwise reduction; {fn!r} stays element-wise")
+    VECTORISED.update(combine)
+    interpreter.ReduceOps.apply_impl = _reduce_vectorised
+    return sorted(f"{getattr(fn, '__name__', fn)} ({ufunc.__name__})" for fn, ufunc in combine.items())
+
+
+#: the interpreter's own patching of the language, before any bridge
+UPSTREAM_PATCH_LANG: Callable[[Any], Any] = getattr(
+    interpreter._patch_lang, "__wrapped_upstream__", interpreter._patch_lang
+)
+
+
+def _language_modules(fn: Any) -> list[types.ModuleType]:
+    """The language modules a kernel or device function sees, as the interpreter finds them."""
+    return [v for v in fn.__globals__.values() if isinstance(v, types.ModuleType) and v in (tl, tl.core)]
+
+
+def _patch_lang_once(fn: Any) -> Any:
+    langs = _language_modules(fn)
+    if langs and all(not tl.core.is_builtin(getattr(lang, "load", None)) for lang in langs):
+        return interpreter._LangPatchScope()  # already patched by the launch running it: nothing to do or undo
+    return UPSTREAM_PATCH_LANG(fn)
+
+
+_patch_lang_once.__wrapped_upstream__ = UPSTREAM_PATCH_LANG  # type: ignore[attr-defined]
+
+
+def patch_language_once() -> None:
+    """Make a device function's call skip patching a language its launch has already patched (idempotent)."""
+    interpreter._patch_lang = _patch_lang_once
+
+
+def apply(
+    modules: Iterable[types.ModuleType], reductions: dict[object, np.ufunc] | None = None
+) -> dict[str, list[str]]:
+    """The bridges, for the kernels of ``modules`` (and the combine functions ``reductions``); only when kernels
+    are interpreted. Returns what was bridged per module, and under ``"reductions"`` the vectorised combine
+    functions (empty when not interpreting)."""
     if not interpreting():
         return {}
     wrap_float_arguments()
-    return {m.__name__: bridge_libdevice(m) for m in modules}
+    patch_language_once()
+    done = {m.__name__: bridge_libdevice(m) for m in modules}
+    return done | ({"reductions": vectorise_reductions(reductions)} if reductions else {})
+
+
+def describe(bridged: dict[str, list[str]]) -> str:
+    """What ``apply`` bridged, for an adapter's environment: "float arguments; libdevice …[; reductions …];
+    language patched once a launch"."""
+    libdevice = sorted({n for module, names in bridged.items() if module != "reductions" for n in names})
+    reductions = bridged.get("reductions", [])
+    parts = ["float arguments", "libdevice " + ", ".join(libdevice)]
+    return "; ".join(parts + (["reductions " + ", ".join(reductions)] if reductions else []) + [ONCE_A_LAUNCH])
+
+
+#: how an adapter's environment names the language bridge
+ONCE_A_LAUNCH = "language patched once a launch"

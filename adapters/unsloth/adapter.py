@@ -162,9 +162,8 @@ class UnslothAdapter(TorchAdapter):
         env["triton"] = triton.__version__
         env["triton mode"] = "interpreter (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
         if BRIDGED:
-            env["interpreter bridges"] = "float arguments; " + ", ".join(
-                sorted({n for names in BRIDGED.values() for n in names})
-            )
+            names = ", ".join(sorted({n for names in BRIDGED.values() for n in names}))
+            env["interpreter bridges"] = f"float arguments; {names}; {compat.ONCE_A_LAUNCH}"
         return env
 
     # ------------------------------------------------------------------------------------------ ops
