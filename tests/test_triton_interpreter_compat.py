@@ -240,6 +240,7 @@ def device_function(interpret: None, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
     monkeypatch.setitem(globals(), "TWICE", triton.jit(twice))
     monkeypatch.setattr(interpreter, "_patch_lang", compat.UPSTREAM_PATCH_LANG)
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", compat.UPSTREAM_LAUNCH)
     calls: list[int] = []
     upstream = interpreter._patch_builtin
     monkeypatch.setattr(interpreter, "_patch_builtin", lambda *a: calls.append(1) or upstream(*a))
@@ -270,3 +271,15 @@ def test_language_is_patched_once_a_launch(device_function: list[int]) -> None:
     assert len(device_function) == 4  # the launch's own patch only
     assert tl.core.is_builtin(tl.load)  # and the launch undid it, as without the bridge
     assert _launch_doubling() == [2.0 * i for i in range(12)] and len(device_function) == 8  # the next launch patches
+    assert not compat._LAUNCHES  # no launch running
+
+
+def test_a_device_function_called_outside_a_launch_still_patches(device_function: list[int]) -> None:
+    """Only a launch's device functions skip the patch: the interpreter's patching outside a launch is untouched."""
+    compat.patch_language_once()
+    scope = interpreter._patch_lang(TWICE.fn)
+    try:
+        assert len(device_function) == 4 and not tl.core.is_builtin(tl.load)
+    finally:
+        scope.restore()
+    assert tl.core.is_builtin(tl.load)

@@ -27,8 +27,8 @@ Measured on triton 3.9.0 (tests/test_triton_interpreter_compat.py tells when eac
   class, ``tl.math``) to interpreted versions for its run, and every call of a ``@triton.jit`` device function
   inside it patches them again (``inspect.getmembers`` over each module), although they already are: a third of a
   Liger LayerNorm program's interpreted time. ``patch_language_once`` skips a device function's patching when every
-  language module it sees is already patched (their ``load`` no longer the builtin), and calls the interpreter's
-  own otherwise; the launch's own patch and its undoing are untouched.
+  language module it sees was patched earlier in the same launch (those patches last at least until the launch
+  ends), and calls the interpreter's own otherwise; the launch's own patch and its undoing are untouched.
 
 Nothing here changes a kernel's arithmetic beyond what the interpreter does anyway: float32 NumPy, and a
 bitwise reduction whose result does not depend on the order of its operands.
@@ -125,7 +125,7 @@ def bridge_libdevice(module: types.ModuleType) -> list[str]:
 
 
 #: the reductions whose result does not depend on the order of the operands, the only ones a combine function may
-#: be vectorised to (a float sum's would: the interpreter's element-by-element order is the kernel's semantics)
+#: be vectorised to (a float sum's result does: there the interpreter's element-by-element order is the kernel's)
 EXACT_UFUNCS = (np.bitwise_and, np.bitwise_or, np.bitwise_xor)
 
 #: combine function (the ``triton.jit`` object a kernel passes to ``tl.reduce``) -> the ufunc that reduces as it does
@@ -159,29 +159,50 @@ def vectorise_reductions(combine: dict[object, np.ufunc]) -> list[str]:
     return sorted(f"{getattr(fn, '__name__', fn)} ({ufunc.__name__})" for fn, ufunc in combine.items())
 
 
-#: the interpreter's own patching of the language, before any bridge
+#: the interpreter's own patching of the language and its own launch, before any bridge
 UPSTREAM_PATCH_LANG: Callable[[Any], Any] = getattr(
     interpreter._patch_lang, "__wrapped_upstream__", interpreter._patch_lang
 )
+UPSTREAM_LAUNCH: Callable[..., Any] = getattr(
+    interpreter.GridExecutor.__call__, "__wrapped_upstream__", interpreter.GridExecutor.__call__
+)
+
+#: per launch running now: the language modules patched since it began (its own patch comes first, before any
+#: program runs; a device function's patch is never undone before the launch's own undoing)
+_LAUNCHES: list[set[int]] = []
 
 
-def _language_modules(fn: Any) -> list[types.ModuleType]:
-    """The language modules a kernel or device function sees, as the interpreter finds them."""
-    return [v for v in fn.__globals__.values() if isinstance(v, types.ModuleType) and v in (tl, tl.core)]
+def _language_modules(fn: Any) -> set[int]:
+    """The language modules a kernel or device function sees, as the interpreter finds them (by identity)."""
+    return {id(v) for v in fn.__globals__.values() if isinstance(v, types.ModuleType) and v in (tl, tl.core)}
+
+
+def _launch(self: Any, *args: Any, **kwargs: Any) -> Any:
+    _LAUNCHES.append(set())
+    try:
+        return UPSTREAM_LAUNCH(self, *args, **kwargs)
+    finally:
+        _LAUNCHES.pop()
 
 
 def _patch_lang_once(fn: Any) -> Any:
     langs = _language_modules(fn)
-    if langs and all(not tl.core.is_builtin(getattr(lang, "load", None)) for lang in langs):
-        return interpreter._LangPatchScope()  # already patched by the launch running it: nothing to do or undo
-    return UPSTREAM_PATCH_LANG(fn)
+    if _LAUNCHES and langs and langs <= _LAUNCHES[-1]:
+        return interpreter._LangPatchScope()  # patched earlier in this launch, undone at its end: nothing to do
+    scope = UPSTREAM_PATCH_LANG(fn)
+    if _LAUNCHES:
+        _LAUNCHES[-1].update(langs)
+    return scope
 
 
+_launch.__wrapped_upstream__ = UPSTREAM_LAUNCH  # type: ignore[attr-defined]
 _patch_lang_once.__wrapped_upstream__ = UPSTREAM_PATCH_LANG  # type: ignore[attr-defined]
 
 
 def patch_language_once() -> None:
-    """Make a device function's call skip patching a language its launch has already patched (idempotent)."""
+    """Make a device function's call skip patching the language modules its launch has already patched
+    (idempotent); a launch's own patch, and any patch outside a launch, run as before."""
+    interpreter.GridExecutor.__call__ = _launch
     interpreter._patch_lang = _patch_lang_once
 
 
