@@ -131,10 +131,17 @@ EXACT_UFUNCS = (np.bitwise_and, np.bitwise_or, np.bitwise_xor)
 #: combine function (the ``triton.jit`` object a kernel passes to ``tl.reduce``) -> the ufunc that reduces as it does
 VECTORISED: dict[object, np.ufunc] = {}
 
+
+
+def _upstream(owner: Any, name: str) -> Any:
+    """``owner.name`` before any bridge; None where this Triton's interpreter has no such thing (its internals
+    change between releases: a bridge whose target is missing is not applied, and not reported)."""
+    current = getattr(owner, name, None)
+    return getattr(current, "__wrapped_upstream__", current)
+
+
 #: the interpreter's own reduction, before any bridge
-UPSTREAM_REDUCE: Callable[..., Any] = getattr(
-    interpreter.ReduceOps.apply_impl, "__wrapped_upstream__", interpreter.ReduceOps.apply_impl
-)
+UPSTREAM_REDUCE: Callable[..., Any] | None = _upstream(getattr(interpreter, "ReduceOps", None), "apply_impl")
 
 
 def _reduce_vectorised(self: Any, input: tuple[Any, ...]) -> Any:
@@ -142,6 +149,7 @@ def _reduce_vectorised(self: Any, input: tuple[Any, ...]) -> Any:
     if ufunc is not None and len(input) == 1 and input[0].handle.data.dtype.kind in "biu":
         data = input[0].handle.data
         return [self.to_tensor(ufunc.reduce(data, axis=self.axis, keepdims=self.keep_dims), input[0].dtype)]
+    assert UPSTREAM_REDUCE is not None  # installed only where the interpreter has it
     return UPSTREAM_REDUCE(self, input)
 
 
@@ -150,22 +158,24 @@ _reduce_vectorised.__wrapped_upstream__ = UPSTREAM_REDUCE  # type: ignore[attr-d
 
 def vectorise_reductions(combine: dict[object, np.ufunc]) -> list[str]:
     """Let the interpreter reduce with each combine function of ``combine`` as its ufunc does, in one NumPy call
-    (idempotent); returns the functions' names. Refuses a ufunc whose reduction depends on the order."""
+    (idempotent); returns the functions' names, none where this interpreter has no reduction to bridge. Refuses a
+    ufunc whose reduction depends on the order."""
     for fn, ufunc in combine.items():
         if ufunc not in EXACT_UFUNCS:
             raise ValueError(f"{ufunc.__name__} is not an order-free bitwise reduction; {fn!r} stays element-wise")
+    if UPSTREAM_REDUCE is None:
+        return []
     VECTORISED.update(combine)
     interpreter.ReduceOps.apply_impl = _reduce_vectorised
     return sorted(f"{getattr(fn, '__name__', fn)} ({ufunc.__name__})" for fn, ufunc in combine.items())
 
 
+#: how an adapter's environment names the language bridge
+ONCE_A_LAUNCH = "language patched once a launch"
+
 #: the interpreter's own patching of the language and its own launch, before any bridge
-UPSTREAM_PATCH_LANG: Callable[[Any], Any] = getattr(
-    interpreter._patch_lang, "__wrapped_upstream__", interpreter._patch_lang
-)
-UPSTREAM_LAUNCH: Callable[..., Any] = getattr(
-    interpreter.GridExecutor.__call__, "__wrapped_upstream__", interpreter.GridExecutor.__call__
-)
+UPSTREAM_PATCH_LANG: Callable[[Any], Any] | None = _upstream(interpreter, "_patch_lang")
+UPSTREAM_LAUNCH: Callable[..., Any] | None = _upstream(getattr(interpreter, "GridExecutor", None), "__call__")
 
 #: per launch running now: the language modules patched since it began (its own patch comes first, before any
 #: program runs; a device function's patch is never undone before the launch's own undoing)
@@ -178,6 +188,7 @@ def _language_modules(fn: Any) -> set[int]:
 
 
 def _launch(self: Any, *args: Any, **kwargs: Any) -> Any:
+    assert UPSTREAM_LAUNCH is not None  # installed only where the interpreter has it
     _LAUNCHES.append(set())
     try:
         return UPSTREAM_LAUNCH(self, *args, **kwargs)
@@ -189,6 +200,7 @@ def _patch_lang_once(fn: Any) -> Any:
     langs = _language_modules(fn)
     if _LAUNCHES and langs and langs <= _LAUNCHES[-1]:
         return interpreter._LangPatchScope()  # patched earlier in this launch, undone at its end: nothing to do
+    assert UPSTREAM_PATCH_LANG is not None  # installed only where the interpreter has it
     scope = UPSTREAM_PATCH_LANG(fn)
     if _LAUNCHES:
         _LAUNCHES[-1].update(langs)
@@ -199,35 +211,40 @@ _launch.__wrapped_upstream__ = UPSTREAM_LAUNCH  # type: ignore[attr-defined]
 _patch_lang_once.__wrapped_upstream__ = UPSTREAM_PATCH_LANG  # type: ignore[attr-defined]
 
 
-def patch_language_once() -> None:
+def patch_language_once() -> bool:
     """Make a device function's call skip patching the language modules its launch has already patched
-    (idempotent); a launch's own patch, and any patch outside a launch, run as before."""
+    (idempotent); a launch's own patch, and any patch outside a launch, run as before. False where this
+    interpreter has no launch, patch or scope of patches to work with (nothing changed)."""
+    if UPSTREAM_PATCH_LANG is None or UPSTREAM_LAUNCH is None or not hasattr(interpreter, "_LangPatchScope"):
+        return False
     interpreter.GridExecutor.__call__ = _launch
     interpreter._patch_lang = _patch_lang_once
+    return True
 
 
 def apply(
     modules: Iterable[types.ModuleType], reductions: dict[object, np.ufunc] | None = None
 ) -> dict[str, list[str]]:
     """The bridges, for the kernels of ``modules`` (and the combine functions ``reductions``); only when kernels
-    are interpreted. Returns what was bridged per module, and under ``"reductions"`` the vectorised combine
-    functions (empty when not interpreting)."""
+    are interpreted. Returns what was bridged per module, under ``"reductions"`` the vectorised combine
+    functions and under ``"language"`` the language bridge, where applied (empty when not interpreting)."""
     if not interpreting():
         return {}
     wrap_float_arguments()
-    patch_language_once()
     done = {m.__name__: bridge_libdevice(m) for m in modules}
-    return done | ({"reductions": vectorise_reductions(reductions)} if reductions else {})
+    vectorised = vectorise_reductions(reductions) if reductions else []
+    return (
+        done
+        | ({"reductions": vectorised} if vectorised else {})
+        | ({"language": [ONCE_A_LAUNCH]} if patch_language_once() else {})
+    )
 
 
 def describe(bridged: dict[str, list[str]]) -> str:
-    """What ``apply`` bridged, for an adapter's environment: "float arguments; libdevice …[; reductions …];
-    language patched once a launch"."""
-    libdevice = sorted({n for module, names in bridged.items() if module != "reductions" for n in names})
+    """What ``apply`` bridged, for an adapter's environment: "float arguments; libdevice …[; reductions …][;
+    language patched once a launch]"."""
+    libdevice = sorted({n for key, names in bridged.items() if key not in ("reductions", "language") for n in names})
     reductions = bridged.get("reductions", [])
     parts = ["float arguments", "libdevice " + ", ".join(libdevice)]
-    return "; ".join(parts + (["reductions " + ", ".join(reductions)] if reductions else []) + [ONCE_A_LAUNCH])
-
-
-#: how an adapter's environment names the language bridge
-ONCE_A_LAUNCH = "language patched once a launch"
+    parts += ["reductions " + ", ".join(reductions)] if reductions else []
+    return "; ".join(parts + bridged.get("language", []))

@@ -162,8 +162,8 @@ class UnslothAdapter(TorchAdapter):
         env["triton"] = triton.__version__
         env["triton mode"] = "interpreter (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
         if BRIDGED:
-            names = ", ".join(sorted({n for names in BRIDGED.values() for n in names}))
-            env["interpreter bridges"] = f"float arguments; {names}; {compat.ONCE_A_LAUNCH}"
+            names = ", ".join(sorted({n for key, names in BRIDGED.items() if key != "language" for n in names}))
+            env["interpreter bridges"] = "; ".join(["float arguments", names, *BRIDGED.get("language", [])])
         return env
 
     # ------------------------------------------------------------------------------------------ ops
