@@ -15,9 +15,10 @@ imported), unless the variable is already set. It then stays set for the process
 CUDA no Triton kernel can run compiled anyway, and nothing changes for the other adapters. A process that
 imported triton before this module cannot interpret Liger's kernels: the adapter then refuses the CPU with
 a one-line error. ``adapters/triton/interpreter_compat.py`` bridges two interpreter gaps that break
-RMSNorm, LayerNorm, SwiGLU, GeGLU and soft-capped cross-entropy there. The interpreter computes bfloat16
-arithmetic on the raw 16-bit patterns and truncates float32 to bfloat16, so bfloat16 is declared only
-where the kernels are compiled; float32 and float16 run in both.
+RMSNorm, LayerNorm, SwiGLU, GeGLU and soft-capped cross-entropy there (and a slow path that costs a third
+of each program's time). The interpreter computes bfloat16 arithmetic on the raw 16-bit patterns and
+truncates float32 to bfloat16, so bfloat16 is declared only where the kernels are compiled; float32 and
+float16 run in both.
 
 Declared, from liger-kernel 0.8.5's source and measured (docs/adapters.md):
 

@@ -132,7 +132,6 @@ EXACT_UFUNCS = (np.bitwise_and, np.bitwise_or, np.bitwise_xor)
 VECTORISED: dict[object, np.ufunc] = {}
 
 
-
 def _upstream(owner: Any, name: str) -> Any:
     """``owner.name`` before any bridge; None where this Triton's interpreter has no such thing (its internals
     change between releases: a bridge whose target is missing is not applied, and not reported)."""
@@ -199,7 +198,7 @@ def _launch(self: Any, *args: Any, **kwargs: Any) -> Any:
 def _patch_lang_once(fn: Any) -> Any:
     langs = _language_modules(fn)
     if _LAUNCHES and langs and langs <= _LAUNCHES[-1]:
-        return interpreter._LangPatchScope()  # patched earlier in this launch, undone at its end: nothing to do
+        return interpreter._LangPatchScope()  # patched earlier in this launch, still patched: nothing to do
     assert UPSTREAM_PATCH_LANG is not None  # installed only where the interpreter has it
     scope = UPSTREAM_PATCH_LANG(fn)
     if _LAUNCHES:

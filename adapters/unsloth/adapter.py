@@ -162,7 +162,7 @@ class UnslothAdapter(TorchAdapter):
         env["triton"] = triton.__version__
         env["triton mode"] = "interpreter (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
         if BRIDGED:
-            names = ", ".join(sorted({n for key, names in BRIDGED.items() if key != "language" for n in names}))
+            names = ", ".join(sorted({n for key, done in BRIDGED.items() if key != "language" for n in done}))
             env["interpreter bridges"] = "; ".join(["float arguments", names, *BRIDGED.get("language", [])])
         return env
 
