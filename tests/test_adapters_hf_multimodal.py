@@ -48,3 +48,14 @@ def test_llama4_attention_temperature() -> None:
     )
     with pytest.raises(NotImplementedError, match="consecutive positions"):
         adapter.forward("attention_temperature", {"q": q, "positions": pos * 2}, params)
+
+
+def test_qwen2_vl_refuses_a_cos_layout_it_does_not_know() -> None:
+    """hf-qwen2-vl picks its rotation by the cos layout the release's rotary embedding returns: merged (B, T, D) or
+    per stream (3, B, T, D); any other layout is refused, not rotated by a guess."""
+    torch = pytest.importorskip("torch")
+    adapter = load_adapter("hf-qwen2-vl")
+    q = torch.zeros(1, 1, 2, 4)
+    odd = torch.ones(2, 1, 2, 4)  # two streams: neither layout
+    with pytest.raises(NotImplementedError, match="neither merged nor per stream"):
+        adapter.rotate(q, odd, odd, (1, 1, 0))  # type: ignore[attr-defined]

@@ -88,8 +88,10 @@ class HFQwen2VLAdapter(_MRopeAdapter):
             out, _ = qwen2_vl.apply_rotary_pos_emb(q, q, cos, sin)
             return out
         # each stream's cos and sin (3, B, T, D), as 5.0's rotary embedding returns them: its attention merges the
-        # sections; a release with neither is refused, not run
+        # sections; any other layout, or a release with neither, is refused, not run
         merge = getattr(qwen2_vl, "apply_multimodal_rotary_pos_emb", None)
+        if cos.dim() != 4 or cos.shape[0] != 3:
+            raise NotImplementedError(f"{self.name}: cos of shape {tuple(cos.shape)}, neither merged nor per stream")
         if merge is None:
             raise NotImplementedError(f"{self.name}: per-stream cos and sin, and no apply_multimodal_rotary_pos_emb")
         out, _ = merge(q, q, cos, sin, list(sections))
