@@ -288,9 +288,12 @@ AuxLossFraction = Literal["per_token", "per_assignment"]
 #: How a candidate runs an operation: "no" — as it is called (eager code, an interpreter, a program compiled for
 #: any shape); "per_shape" — a program built for each new shape of its inputs (torch.compile without dynamic
 #: sizes, jax.jit, an ONNX export, a kernel specialised on its sizes), so the checks draw its shapes from a
-#: small, stated plan (conformance/strategies/plan.py) and build each program once
-Compiles = Literal["no", "per_shape"]
-COMPILES: tuple[Compiles, ...] = ("no", "per_shape")
+#: small, stated plan (conformance/strategies/plan.py) and build each program once; "per_value" — a program built
+#: for each shape and for each value of a structural parameter its code branches on or bakes in as a constant
+#: (causal, a soft-cap, the scale, a window or chunk length: torch.compile's guards, a FlexAttention mask mod's
+#: captured window), so the plan's shapes also state those values
+Compiles = Literal["no", "per_shape", "per_value"]
+COMPILES: tuple[Compiles, ...] = ("no", "per_shape", "per_value")
 
 
 @dataclass(frozen=True)
@@ -427,7 +430,8 @@ class Capability:
     #: context (the checks' mode ``autocast-D``); only for an operation of ``AUTOCAST``
     autocast: frozenset[str] = frozenset()
     #: "per_shape": the candidate builds a program per shape of the inputs (``Compiles``), and the checks draw
-    #: the operation's shapes from the plan; "no" (the default): shapes are drawn freely
+    #: the operation's shapes from the plan; "per_value": per shape and per value of a structural parameter, and
+    #: the planned shapes also state those values; "no" (the default): shapes are drawn freely
     compiles: Compiles = "no"
     #: the operation's kernels run in an interpreter (Triton's ``TRITON_INTERPRET=1``, Pallas's ``interpret=True``),
     #: every program of their grid in Python: each size regime then runs once, in the operation's narrowest declared

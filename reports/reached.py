@@ -73,7 +73,10 @@ def calls_text(e: dict[str, Any]) -> str:
     shapes = e.get("shapes") or {}
     if shapes:
         most = max(shapes.values())
-        parts.append(f"{most} shape{'s' if most != 1 else ''}{', planned' if e.get('planned_calls') else ''}")
+        how = ", planned" if e.get("planned_calls") else ""
+        if e.get("planned_value_calls"):
+            how = ", planned with their values"
+        parts.append(f"{most} shape{'s' if most != 1 else ''}{how}")
     built = sum((e.get("compiles") or {}).values())
     if built:
         parts.append(f"{built} program{'s' if built != 1 else ''} built")

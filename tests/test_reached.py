@@ -141,3 +141,23 @@ def test_predicates_on_the_edges() -> None:
     assert "scores beyond a mask fill" in regimes.reached("attention", calls, {"causal": True, "scale": None}, f32)
     pos = {"x": np.zeros((1, 1, 2)), "positions": np.array([2**17], dtype=np.int64)}
     assert "positions ≥ 2^17 (beyond a 128k context)" in regimes.reached("rope", pos, {}, f32)
+
+
+def test_planned_calls_and_their_values_are_counted() -> None:
+    """The calls made under a shape plan, and of them those whose structural values the plan stated (an operation
+    declared compiles="per_value"), are counted apart, and the report says which plan chose them."""
+    from transformer_conformance.reports.reached import calls_text
+
+    reach.drain()
+    q = np.ones((1, 1, 2, 4), dtype=np.float32)
+    params = {"causal": True, "softcap": None, "scale": None}
+    reach.note("attention", {"q": q, "k": q, "v": q}, params)
+    reach.note("attention", {"q": q, "k": q, "v": q}, params, planned=True)
+    reach.note("attention", {"q": q, "k": q, "v": q}, params, planned=True, planned_values=True)
+    total: dict[str, Any] = {}
+    reach.merge(total, reach.drain())
+    e = reach.summary(total, {"attention": Capability(compiles="per_value")})["attention"]
+    assert (e["calls"], e["planned_calls"], e["planned_value_calls"]) == (3, 2, 1)
+    assert calls_text(e) == "3 · 1 shape, planned with their values"
+    shapes_only = reach.summary(total, {"attention": Capability()})["attention"] | {"planned_value_calls": 0}
+    assert calls_text(shapes_only) == "3 · 1 shape, planned"

@@ -119,6 +119,93 @@ def test_a_plan_draws_one_shape_first() -> None:
         plan.Dims(draw, plan.shapes(("rows", "n"), (2, 7)), lambda s: s["rows"] > 2)
 
 
+def _draw_values(strategy: st.SearchStrategy[Case], mode: str, n: int = 80) -> set[Any]:
+    """The (shapes, structural values) pairs ``strategy`` draws under ``mode``: what a per_value candidate builds."""
+    seen: set[Any] = set()
+    keys = ("causal", "softcap", "scale", "window", "chunk", "eps", "base", "mscale", "scaling", "sections", "streams")
+    keys += ("k", "n_group", "topk_group", "routed_scaling_factor", "score", "norm")
+
+    @settings(max_examples=n, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def collect(case: Case) -> None:
+        seen.add((_shapes(case), repr(tuple(case.params.get(k) for k in keys))))
+
+    with plan.planned(mode):
+        collect()
+    return seen
+
+
+#: the strategies whose planned shapes state structural values, and how many programs a per_value plan allows
+VALUE_STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] = {
+    "attention": (lambda: blocks.attention_case(F32), 4),
+    "attention, fewer queries": (lambda: blocks.attention_case(F32, causal=True, fewer_queries=True), 2),
+    "sliding window": (lambda: local_attention.sliding_window_case(F32, SOFTCAPS), 4),
+    "sliding window, long": (lambda: local_attention.sliding_window_case(F32, SOFTCAPS, long=True), 4),
+    "chunked": (lambda: local_attention.chunked_case(F32), 4),
+    "chunked, long": (lambda: local_attention.chunked_case(F32, long=True), 4),
+    "sinks (in a window or not)": (lambda: local_attention.sink_case(F32), 8),
+    "qk-norm attention": (lambda: blocks.qk_norm_case(F32), 4),
+    "rope attention": (lambda: blocks.rope_attention_case(F32), 2),
+    "mla (one form)": (lambda: mla.mla_case(F32, ("naive",)), 3),
+    "block (one placement)": (lambda: blocks.block_case(F32, placement="pre"), 3),
+    "lm head": (lambda: blocks.lm_head_case(F32), 3),
+    "rope scaled (one kind a shape)": (lambda: positions.rope_scaled_case(F32, ("yarn",)), 3),
+    "rope scaled, llama3": (lambda: positions.rope_scaled_case(F32, ("llama3",)), 3),
+    "mrope (one stream layout)": (lambda: mrope.mrope_case(F32, ("sections",)), 3),
+    "router (top-k, softmax, scaled)": (
+        lambda: moe.router_case(F32, ("softmax",), ("none",), ("top_k",), ("factor",)),
+        3,
+    ),
+    "router (groups, sigmoid, scaled)": (
+        lambda: moe.router_case(F32, ("sigmoid",), ("topk",), ("groups",), ("factor",)),
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(VALUE_STRATEGIES))
+def test_a_value_plan_draws_each_shape_with_its_stated_values(name: str) -> None:
+    make, allowed = VALUE_STRATEGIES[name]
+    by_value, by_shape = _draw_values(make(), "per_value"), _draw_values(make(), "per_shape")
+    assert 1 <= len(by_value) <= allowed, sorted(by_value, key=repr)
+    # the shapes alone planned: the values vary within a shape, a program each for a per_value candidate
+    assert len(by_shape) > allowed, f"{name}: a shape plan alone should draw more combinations than the value plan"
+    assert {shape for shape, _ in by_value} <= {shape for shape, _ in by_shape}
+
+
+def test_a_value_plan_reaches_every_value_the_free_draws_do() -> None:
+    """Over its rows the plan states causal and not, no soft-cap and two, each scale, and windows that leave the
+    query alone, fall inside the keys and reach past them (the regimes of docs/coverage.md)."""
+    rows = blocks.ATTENTION_SHAPES
+    assert {r["causal"] for r in rows} == {True, False}
+    assert {r["scale"] for r in rows} == {None, 0.125, 1.0}
+    assert None in {r["softcap"] for r in rows} and len({r["softcap"] for r in rows} - {None}) >= 2
+    assert 1 in {r["span"] for r in rows}
+    assert any(1 < r["span"] < r["L_k"] for r in rows) and any(r["span"] >= r["L_k"] > 1 for r in rows)
+    assert all(r["long span"] >= r["L_k"] for r in rows)
+
+
+def test_a_value_the_draw_does_not_allow_is_drawn_freely() -> None:
+    calls: list[str] = []
+
+    def draw(strategy: st.SearchStrategy[Any], label: str = "") -> Any:
+        calls.append(label)
+        return {"n": 2, "softcap": 50.0} if label == "planned shape" else None
+
+    rows = plan.shapes(("n", "softcap"), (2, 50.0))
+    with plan.planned("per_value"):
+        dims = plan.Dims(draw, rows)
+        assert dims.value("softcap", st.just(None), lambda c: c in [None]) is None  # undeclared: the free draw
+        assert dims.value("softcap", st.just(None)) == 50.0
+        assert dims.value("scale", st.just(None)) is None  # not stated: the free draw
+    with plan.planned("per_shape"):
+        dims = plan.Dims(draw, rows)
+        assert dims.value("softcap", st.just(None)) is None  # shapes alone: values drawn freely
+    assert calls == ["planned shape", "softcap", "scale", "planned shape", "softcap"]
+    with pytest.raises(ValueError, match="no plan 'per_op'"), plan.planned("per_op"):
+        pass
+
+
 def test_shapes_rows_have_a_value_per_label() -> None:
     with pytest.raises(ValueError, match="2 values for the 3 labels"):
         plan.shapes(("a", "b", "c"), (1, 2))

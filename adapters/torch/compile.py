@@ -72,7 +72,10 @@ INTEGER_RULES = frozenset({"swiglu_hidden_dim", "param_count", "ffn_hidden_dim"}
 
 
 def _compiles(op: str) -> Compiles:
-    return "no" if (UNBACKED_SIZES and op in UNBACKED_OPS) or op in INTEGER_RULES else "per_shape"
+    """An operation compiled with unbacked sizes is one graph per rank and dtype ("no" plan); any other one a graph
+    per shape (backed sizes) and per value of a structural parameter dynamo guards on (causal, a soft-cap or scale
+    of None or not, an ε, the code's branches): "per_value", its checks draw both from the plan."""
+    return "no" if (UNBACKED_SIZES and op in UNBACKED_OPS) or op in INTEGER_RULES else "per_value"
 
 
 class TorchCompileAdapter(TorchAdapter):

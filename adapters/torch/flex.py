@@ -226,7 +226,7 @@ class TorchFlexAdapter(TorchAdapter):
             exp_via_exp2=frozenset(declared) if cuda else frozenset(),
         )
         # each new head width, value width or mask kind compiles a kernel: the checks draw shapes from the plan
-        self.capabilities = {op: Capability(grad=cuda, compiles="per_shape") for op in declared}
+        self.capabilities = {op: Capability(grad=cuda, compiles="per_value") for op in declared}
         self.impl = ops(self.conventions.causal_alignment, self.conventions.sliding_window, compiled_flex())
 
     def compiles(self) -> int:

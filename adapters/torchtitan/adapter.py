@@ -132,13 +132,13 @@ class TorchtitanAdapter(ModuleAdapter):
         }
         grad = not device.startswith("cpu")
         flex = {
-            "attention": Capability(grad=grad, values={"softcap": frozenset({"none"})}, compiles="per_shape"),
+            "attention": Capability(grad=grad, values={"softcap": frozenset({"none"})}, compiles="per_value"),
             "sliding_window_attention": Capability(
-                grad=grad, values={"softcap": frozenset({"none"})}, compiles="per_shape"
+                grad=grad, values={"softcap": frozenset({"none"})}, compiles="per_value"
             ),
-            "chunked_attention": Capability(grad=grad, compiles="per_shape"),
-            "mla_attention": Capability(grad=grad, values={"form": frozenset({"naive"})}, compiles="per_shape"),
-            "block": Capability(grad=grad, values={"placement": frozenset({"pre"})}, compiles="per_shape"),
+            "chunked_attention": Capability(grad=grad, compiles="per_value"),
+            "mla_attention": Capability(grad=grad, values={"form": frozenset({"naive"})}, compiles="per_value"),
+            "block": Capability(grad=grad, values={"placement": frozenset({"pre"})}, compiles="per_value"),
         }
         self.capabilities = caps | flex
 

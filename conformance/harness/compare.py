@@ -105,7 +105,7 @@ def _invoke(call: str, fn: Any, *args: Any) -> Any:
     _CALLED.add(key)
     if len(args) >= 3 and isinstance(args[0], str):
         # what the examples reach (harness/reach.py): not part of the verdict
-        reach.note(args[0], args[1], args[2], planned=plan.active())
+        reach.note(args[0], args[1], args[2], planned=plan.active(), planned_values=plan.values_active())
     try:
         with watchdog.watch(CALL_TIMEOUT, first_call=first), autocast.context(fn):
             return headroom.call(fn, *args)  # room on the frame stack, whatever the harness's depth

@@ -69,12 +69,16 @@ def signature(inputs: Mapping[str, Any]) -> str:
     return " ".join(f"{k}{list(v.shape)}" for k, v in inputs.items() if isinstance(v, np.ndarray))
 
 
-def note(op: str, inputs: Mapping[str, Any], params: Mapping[str, Any], planned: bool = False) -> None:
+def note(
+    op: str, inputs: Mapping[str, Any], params: Mapping[str, Any], planned: bool = False, planned_values: bool = False
+) -> None:
     """Count one call of ``op``: its parameter values, the shapes of its arrays (and whether they came from a shape
-    plan, conformance/strategies/plan.py) and the regimes its inputs are in."""
+    plan, conformance/strategies/plan.py, their structural values too) and the regimes its inputs are in."""
     entry = _entry(op)
     entry["calls"] += 1
     entry["planned"] += int(planned)
+    if planned_values:
+        entry["planned_values"] = entry.get("planned_values", 0) + 1
     for key, value in _flat(params).items():
         add_value(entry["params"].setdefault(key, {"values": [], "more": 0}), _json_value(value))
     name = dtype_of(inputs)
@@ -123,6 +127,8 @@ def merge(into: dict[str, dict[str, Any]], noted: Mapping[str, Mapping[str, Any]
         t = into.setdefault(op, {"calls": 0, "params": {}, "regimes": {}, "shapes": {}, "planned": 0, "compiles": {}})
         t["calls"] += e["calls"]
         t["planned"] += e.get("planned", 0)
+        if e.get("planned_values"):
+            t["planned_values"] = t.get("planned_values", 0) + e["planned_values"]
         for d, sigs in e.get("shapes", {}).items():
             kept = t["shapes"].setdefault(d, [])
             kept.extend(sig for sig in sigs if sig not in kept)
@@ -182,6 +188,7 @@ def summary(
             "regimes": listed,
             **({"shapes": shapes} if shapes else {}),
             **({"planned_calls": e["planned"]} if e.get("planned") else {}),
+            **({"planned_value_calls": e["planned_values"]} if e.get("planned_values") else {}),
             **({"compiles": dict(sorted(e["compiles"].items()))} if e.get("compiles") else {}),
         }
     return out

@@ -12,6 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from transformer_conformance.adapters.contract import SOFTCAPS
+from transformer_conformance.conformance.strategies import plan
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, positions, seeds
 from transformer_conformance.conformance.strategies.plan import Dims, Shape, shapes
@@ -21,22 +22,29 @@ from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIO
 
 #: The planned shapes (conformance/strategies/plan.py): one element of each (jax's one-element bfloat16 dot fails to
 #: compile), grouped heads (three queries a KV head, MQA) with fewer queries than keys, two batches of two KV heads at
-#: a square mask and D = 16, and an odd head width over one query group
+#: a square mask and D = 16, and an odd head width over one query group. Under a ``per_value`` plan each also states
+#: its structural values: causal or not, the soft-cap and the scale, and the window or chunk of the local attentions
+#: ("span": the query alone, a span inside the keys, or one reaching past them; "long span": at least the keys), the
+#: QK-norm's ε and the RoPE base of RoPE attention — every value the free draws reach, each with one shape
+_ATTENTION_LABELS = ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", "D_v")
 ATTENTION_SHAPES = shapes(
-    ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", "D_v"),
-    (1, 1, 1, 1, 1, 1, 1),
-    (1, 1, 3, 7, 3, 4, 4),
-    (2, 2, 2, 5, 5, 16, 3),
-    (1, 2, 1, 6, 2, 3, 1),
+    (*_ATTENTION_LABELS, "causal", "softcap", "scale", "span", "long span", "eps", "base"),
+    (1, 1, 1, 1, 1, 1, 1, True, None, None, 1, 1, 1e-6, 10000.0),
+    (1, 1, 3, 7, 3, 4, 4, True, 5.0, 0.125, 3, 7, 1e-5, 500000.0),
+    (2, 2, 2, 5, 5, 16, 3, False, None, 1.0, 1, 6, 1e-5, 10000.0),
+    (1, 2, 1, 6, 2, 3, 1, True, 50.0, None, 6, 9, 1e-6, 10000.0),
 )
 MLP_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 11, (2, 3)), (24, 40, (1,)), (16, 7, (3,)))
+#: blocks: grouped KV heads two wide at head width 2 over two tokens (where inductor's symbolic shapes crash: docs/
+#: adapters.md, "torch"), one query head a KV head, three a KV head; the LM head. Under a ``per_value`` plan each shape
+#: also states the norms' ε (and a block its RoPE base)
 BLOCK_SHAPES = shapes(
-    ("H_kv", "query heads per KV head", "D/2", "d", "T", "h"),
-    (1, 2, 1, 4, 3, 7),
-    (2, 1, 2, 8, 4, 12),
-    (2, 3, 2, 6, 2, 5),
+    ("H_kv", "query heads per KV head", "D/2", "d", "T", "h", "eps", "base"),
+    (2, 2, 1, 4, 2, 7, 1e-6, 10000.0),
+    (2, 1, 2, 8, 4, 12, 1e-5, 500000.0),
+    (2, 3, 2, 6, 2, 5, 1e-5, 10000.0),
 )
-LM_HEAD_SHAPES = shapes(("d", "V", "tokens"), (7, 5, 1), (16, 24, 3), (3, 13, 2))
+LM_HEAD_SHAPES = shapes(("d", "V", "tokens", "eps"), (7, 5, 1, 1e-6), (16, 24, 3, 1e-5), (3, 13, 2, 1e-6))
 
 
 @st.composite
@@ -61,7 +69,7 @@ def attention_case(
     b = dims("B", st.integers(1, 2))
     h_kv = dims("H_kv", st.integers(1, 2))
     groups = dims("query heads per KV head", sampled_from([1, 2, 3]))
-    is_causal = draw(st.booleans(), label="causal") if causal is None else causal
+    is_causal = dims.value("causal", st.booleans()) if causal is None else causal
     lk = dims("L_k", st.integers(2 if fewer_queries else 1, 7))
     if fewer_queries:
         lq = dims("L_q", st.integers(1, lk - 1))
@@ -79,8 +87,8 @@ def attention_case(
     caps: list[float | None] = [None]
     if with_softcap and "tanh" in softcaps:
         caps = [None, None, 50.0, 5.0, 1.0] if "none" in softcaps else [50.0, 5.0, 1.0]
-    softcap = draw(sampled_from(caps), label="softcap") if len(caps) > 1 else caps[0]
-    scale = draw(sampled_from([None, None, None, 0.125, 1.0]), label="scale")
+    softcap = dims.value("softcap", sampled_from(caps), lambda c: c in caps) if len(caps) > 1 else caps[0]
+    scale = dims.value("scale", sampled_from([None, None, None, 0.125, 1.0]))
     seed = draw(seeds, label="seed")
     inputs = {
         "q": fill(dtype, (b, h_kv * groups, lq, d), mag, seed),
@@ -91,6 +99,25 @@ def attention_case(
     return Case(inputs, params, {"|q|": mag, "seed": seed})
 
 
+def planned_row(case: Case) -> Shape | None:
+    """The planned shape of ``ATTENTION_SHAPES`` an attention case was drawn with, under a ``per_value`` plan (its
+    stated window or chunk goes with it); None otherwise."""
+    if not plan.values_active():
+        return None
+    q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
+    b, hq, lq, d = q.shape
+    h_kv, lk = k.shape[1], k.shape[2]
+    shape = (b, h_kv, hq // h_kv, lk, lq, d, v.shape[3])
+    return next((s for s in ATTENTION_SHAPES if tuple(s[n] for n in _ATTENTION_LABELS) == shape), None)
+
+
+def stated(draw: st.DrawFn, case: Case, key: str, free: st.SearchStrategy[Any], label: str | None = None) -> Any:
+    """A structural value drawn beside an attention case: the one its planned shape states as ``key`` under a
+    ``per_value`` plan, otherwise this draw of ``free`` (labelled ``label``, by default ``key``)."""
+    row = planned_row(case)
+    return row[key] if row is not None and key in row else draw(free, label=label or key)
+
+
 @st.composite
 def qk_norm_case(draw: st.DrawFn, dtype: Format) -> Case:
     case = draw(attention_case(dtype), label="attention")
@@ -99,7 +126,7 @@ def qk_norm_case(draw: st.DrawFn, dtype: Format) -> Case:
     inputs = dict(case.inputs)
     inputs["q_weight"] = fill(dtype, (d,), 0.5, seed, offset=1.0)
     inputs["k_weight"] = fill(dtype, (d,), 0.5, seed + 1, offset=1.0)
-    eps = draw(sampled_from([1e-6, 1e-5]), label="eps")
+    eps = stated(draw, case, "eps", sampled_from([1e-6, 1e-5]))
     params = {"causal": case.params["causal"], "softcap": case.params["softcap"], "eps": eps}
     return Case(inputs, params, case.about)
 
@@ -115,7 +142,7 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
     lq, lk = case.inputs["q"].shape[2], case.inputs["k"].shape[2]
     pos_k = draw(positions(lk, below_2_24=True), label="key positions")
     pos_q = pos_k[lk - lq :] if lq <= lk else np.arange(pos_k[0], pos_k[0] + lq, dtype=np.int64)
-    base = draw(sampled_from([10000.0, 500000.0]), label="base")
+    base = stated(draw, case, "base", sampled_from([10000.0, 500000.0]))
     inputs = dict(case.inputs, q_positions=pos_q.copy(), k_positions=pos_k)
     params = {"causal": case.params["causal"], "softcap": case.params["softcap"], "base": base}
     return Case(inputs, params, case.about)
@@ -192,8 +219,8 @@ def block_case(
         "placement": pl,
         "n_heads": hq,
         "n_kv_heads": h_kv,
-        "eps": draw(sampled_from([1e-6, 1e-5]), label="eps"),
-        "base": draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base"),
+        "eps": dims.value("eps", sampled_from([1e-6, 1e-5])),
+        "base": dims.value("base", sampled_from([10000.0, 10000.0, 500000.0])),
     }
     return Case(inputs, params, {"|x|": mag, "seed": seed})
 
@@ -211,4 +238,4 @@ def lm_head_case(draw: st.DrawFn, dtype: Format) -> Case:
         "norm_weight": fill(dtype, (d,), 0.2, seed + 1, offset=1.0),
         "w_head": fill(dtype, (d, vocab), d**-0.5, seed + 2),
     }
-    return Case(inputs, {"eps": draw(sampled_from([1e-6, 1e-5]), label="eps")}, {"|x|": mag, "seed": seed})
+    return Case(inputs, {"eps": dims.value("eps", sampled_from([1e-6, 1e-5]))}, {"|x|": mag, "seed": seed})

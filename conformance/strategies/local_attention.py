@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from transformer_conformance.conformance.strategies.blocks import attention_case
+from transformer_conformance.conformance.strategies.blocks import attention_case, stated
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, seeds
 from transformer_conformance.conformance.strategies.sizes import LONG_KEYS
@@ -25,17 +25,23 @@ DECODE = (1, 8, 2, 3, 1030)
 SPANS = (128, 129, 200)
 
 
-def _span(draw: st.DrawFn, lk: int, label: str) -> int:
-    """1 (the query alone), a span inside the sequence, or one reaching past it (plain causal attention)."""
-    return draw(st.one_of(st.just(1), st.integers(1, lk + 1), st.integers(lk, lk + 3)), label=label)
+def _span(draw: st.DrawFn, case: Case, label: str, long: bool = False) -> int:
+    """1 (the query alone), a span inside the sequence, or one reaching past it (plain causal attention); ``long``:
+    at least the sequence. Under a ``per_value`` plan, the span its planned shape states (strategies/plan.py)."""
+    lk = case.inputs["k"].shape[2]
+    if long:
+        free = st.integers(lk, lk + 3)
+    else:
+        free = st.one_of(st.just(1), st.integers(1, lk + 1), st.integers(lk, lk + 3))
+    span: int = stated(draw, case, "long span" if long else "span", free, label)
+    return span
 
 
 @st.composite
 def sliding_window_case(draw: st.DrawFn, dtype: Format, softcaps: tuple[str, ...], long: bool = False) -> Case:
     """Causal attention with a window W; ``long``: W ≥ L_k, which every window count makes plain causal."""
     case = draw(attention_case(dtype, causal=True, softcaps=softcaps), label="attention")
-    lk = case.inputs["k"].shape[2]
-    window = draw(st.integers(lk, lk + 3), label="window") if long else _span(draw, lk, "window")
+    window = _span(draw, case, "window", long)
     params = {"window": window, "softcap": case.params["softcap"], "scale": case.params["scale"]}
     return Case(case.inputs, params, case.about | {"window": window})
 
@@ -44,8 +50,7 @@ def sliding_window_case(draw: st.DrawFn, dtype: Format, softcaps: tuple[str, ...
 def chunked_case(draw: st.DrawFn, dtype: Format, long: bool = False) -> Case:
     """Causal attention in chunks of C; ``long``: C ≥ L_k, one chunk, plain causal attention."""
     case = draw(attention_case(dtype, causal=True, with_softcap=False), label="attention")
-    lk = case.inputs["k"].shape[2]
-    chunk = draw(st.integers(lk, lk + 3), label="chunk") if long else _span(draw, lk, "chunk")
+    chunk = _span(draw, case, "chunk", long)
     return Case(case.inputs, {"chunk": chunk, "scale": case.params["scale"]}, case.about | {"chunk": chunk})
 
 
@@ -54,9 +59,9 @@ def sink_case(draw: st.DrawFn, dtype: Format) -> Case:
     """Attention, causal or not, plain or in a window, with one sink logit per query head: near 0, of the order of
     the logits, or far above them (the sink takes nearly all the weight and the output is tiny)."""
     case = draw(attention_case(dtype, with_softcap=False), label="attention")
-    hq, lk = case.inputs["q"].shape[1], case.inputs["k"].shape[2]
+    hq = case.inputs["q"].shape[1]
     causal = bool(case.params["causal"])
-    window = _span(draw, lk, "window") if causal and draw(st.booleans(), label="in a window") else None
+    window = _span(draw, case, "window") if causal and draw(st.booleans(), label="in a window") else None
     mag = draw(st.one_of(magnitudes(-4, 2), magnitudes(3, 6)), label="|sinks|")
     offset = draw(sampled_from([0.0, 0.0, 4.0, -4.0]), label="sinks' offset")
     seed = draw(seeds, label="sinks' seed")

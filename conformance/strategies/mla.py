@@ -34,12 +34,13 @@ def _inputs(dtype: Format, dims: tuple[int, ...], mag: float, seed: int) -> dict
     }
 
 
-#: The planned shapes (conformance/strategies/plan.py): decoding one query, a square prefill, half the keys' queries
+#: The planned shapes (conformance/strategies/plan.py): decoding one query, a square prefill, half the keys' queries;
+#: under a ``per_value`` plan each also states causal or not, the RoPE base and the YaRN mscale (each of MSCALES once)
 MLA_SHAPES = shapes(
-    ("B", "H", "L_k", "L_q", "D_n", "D_r/2", "D_c", "D_v"),
-    (1, 3, 6, 1, 7, 2, 64, 5),
-    (2, 2, 5, 5, 16, 1, 9, 16),
-    (1, 4, 8, 4, 3, 4, 32, 2),
+    ("B", "H", "L_k", "L_q", "D_n", "D_r/2", "D_c", "D_v", "causal", "base", "mscale"),
+    (1, 3, 6, 1, 7, 2, 64, 5, True, 10000.0, MSCALES[1]),
+    (2, 2, 5, 5, 16, 1, 9, 16, False, 500000.0, MSCALES[0]),
+    (1, 4, 8, 4, 3, 4, 32, 2, True, 10000.0, MSCALES[2]),
 )
 
 
@@ -58,9 +59,9 @@ def mla_case(draw: st.DrawFn, dtype: Format, forms: tuple[str, ...], causal: boo
     mag = draw(magnitudes(-2, 2), label="|q|")
     k_pos = draw(positions(lk, below_2_24=True))
     params = {
-        "causal": draw(st.booleans(), label="causal") if causal is None else causal,
-        "base": draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base"),
-        "mscale": draw(sampled_from(MSCALES), label="mscale"),
+        "causal": dims.value("causal", st.booleans()) if causal is None else causal,
+        "base": dims.value("base", sampled_from([10000.0, 10000.0, 500000.0])),
+        "mscale": dims.value("mscale", sampled_from(MSCALES)),
         "form": draw(sampled_from(forms), label="form"),
     }
     inputs = _inputs(dtype, (b, h, lq, lk, dn, dr, dc, dv), mag, seed)

@@ -40,7 +40,14 @@ AUX_TOKENS = (16_384, 64, 8)
 Z_TOKENS = (4096, 256)
 #: The planned shapes (conformance/strategies/plan.py): a few experts, Mixtral's 8 and Qwen's 60 (even, for groups).
 #: The load-balancing loss's k is its selection's width (a top-k of static width), planned with its shape.
-ROUTER_SHAPES = shapes(("E", "N"), (3, 5), (8, 2), (60, 6))
+#: the router: under a ``per_value`` plan each shape also states k (with DeepSeek's groups: n_group, topk_group, k)
+#: and the routed scaling factor, drawn freely where the draw does not allow it
+ROUTER_SHAPES = shapes(
+    ("E", "N", "k", "n_group", "topk_group", "scaling"),
+    (3, 5, 2, None, None, 2.5),
+    (8, 2, 3, 4, 2, 2.827),
+    (60, 6, 8, 2, 1, 16.0),
+)
 AUX_LOSS_SHAPES = shapes(("E", "N", "k"), (3, 7, 1), (8, 16, 2), (64, 5, 8))
 Z_LOSS_SHAPES = shapes(("E", "N"), (3, 7), (16, 32), (256, 2))
 
@@ -93,11 +100,13 @@ def router_case(
     n = dims("N", st.integers(1, 6))
     n_group = topk_group = None
     if how == "groups":
-        n_group = draw(sampled_from([g for g in (2, 4, 8) if e % g == 0 and g < e] or [e // 2]), label="n_group")
-        topk_group = draw(st.integers(1, n_group), label="topk_group")
-        k = draw(st.integers(1, min(8, topk_group * (e // n_group))), label="k")
+        groups = [g for g in (2, 4, 8) if e % g == 0 and g < e] or [e // 2]
+        n_group = dims.value("n_group", sampled_from(groups), lambda g: g in groups)
+        topk_group = dims.value("topk_group", st.integers(1, n_group), lambda g: 1 <= g <= n_group)
+        most = min(8, topk_group * (e // n_group))
+        k = dims.value("k", st.integers(1, most), lambda k: 1 <= k <= most)
     else:
-        k = draw(st.integers(1, min(8, e)), label="k")
+        k = dims.value("k", st.integers(1, min(8, e)), lambda k: 1 <= k <= min(8, e))
     # spacings the dtype holds exactly around the offset; sigmoid scores saturate beyond |u| ≈ 8, so its logits stay
     # nearer zero (a score whose neighbours differ by less than a float32 rounding would be a coin toss)
     spacing = draw(sampled_from([0.125, 0.25, 0.5] if score == "softmax" else [0.0625, 0.125]), label="spacing")
@@ -110,11 +119,8 @@ def router_case(
         # multiples of 2^-6 in [−1/4, 1/4]: exact in every dtype, and still after a shift by a multiple of 1/4
         grid = np.random.default_rng(seed + 1).integers(-16, 17, e) * 2.0**-6
         bias = grid * draw(sampled_from([0.5, 1.0]), label="|bias|")
-    scaling = (
-        draw(sampled_from(SCALINGS), label="scaling")
-        if draw(sampled_from(scalings), label="routed") == "factor"
-        else 1.0
-    )
+    routed = draw(sampled_from(scalings), label="routed") == "factor"
+    scaling = dims.value("scaling", sampled_from(SCALINGS)) if routed else 1.0
     inputs = {"logits": logits(dtype, n, e, spacing, offset, seed), "bias": dtype.round(bias)}
     params: dict[str, Any] = {
         "k": k,

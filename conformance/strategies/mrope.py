@@ -44,8 +44,14 @@ def stream_positions(draw: st.DrawFn, t: int, kind: str | None = None) -> np.nda
 
 
 #: The planned shapes (conformance/strategies/plan.py): Qwen2-VL's head (d/2 = 64, its shipped sections), a narrow
-#: head and a middling one
-MROPE_SHAPES = shapes(("d/2", "T", "heads"), (64, 4, 2), (3, 6, 1), (16, 2, 3))
+#: head and a middling one; under a ``per_value`` plan each also states the base and its sections (the shipped ones
+#: of the streams drawn, a stream with no pairs, uneven ones)
+MROPE_SHAPES = shapes(
+    ("d/2", "T", "heads", "base", "sections"),
+    (64, 4, 2, 1_000_000.0, "shipped"),
+    (3, 6, 1, 10000.0, (0, 2, 1)),
+    (16, 2, 3, 5_000_000.0, (7, 5, 4)),
+)
 TEMPERATURE_SHAPES = shapes(("T", "D/2", "heads"), (4, 64, 2), (6, 3, 1), (1, 32, 3))
 
 
@@ -67,7 +73,9 @@ def mrope_case(draw: st.DrawFn, dtype: Format, streams: tuple[str, ...], kind: s
     heads = dims("heads", st.integers(1, 3))
     seed = draw(seeds, label="seed")
     x = fill(dtype, (heads, t, 2 * half), draw(magnitudes(-4, 4), label="|x|"), seed)
-    params = {"base": draw(sampled_from(BASES), label="base"), "sections": draw(sections(half, how)), "streams": how}
+    base = dims.value("base", sampled_from(BASES))
+    stated = dims.value("sections", sections(half, how))
+    params = {"base": base, "sections": SHIPPED_SECTIONS[how] if stated == "shipped" else stated, "streams": how}
     return Case({"x": x, "positions": draw(stream_positions(t, kind))}, params, {"seed": seed})
 
 

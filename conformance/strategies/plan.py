@@ -10,15 +10,24 @@ their shapes (conformance/strategies/sizes.py); properties that derive inputs of
 longer sequence, fewer queries) keep deriving them. Without a plan (every other candidate) the draws are
 exactly the free ones, in the same order, so the ``ci`` sample of an eager candidate does not move.
 
+A candidate that also builds a program for each value of a structural parameter — one its code branches on or
+bakes into the program as a constant: causal or not, a soft-cap, the softmax scale, a window or chunk length —
+declares ``compiles="per_value"``: its planned shapes then also state those values (a row's extra labels, read
+with ``Dims.value``), so each planned shape is one program per dtype, not one per combination of the values
+drawn with it. Every stated value is still reached, over the rows of the plan; a label a row does not state, or
+states with a value the draw does not allow (an undeclared soft-cap), is drawn freely.
+
 A strategy draws its shape through :class:`Dims`::
 
     dims = Dims(draw, NORM_SHAPES)           # under a plan: one planned shape, drawn here
     rows = dims("rows", st.integers(1, 4))   # free: this draw; planned: the planned shape's "rows"
     n = dims("n", WIDTHS)
+    scale = dims.value("scale", sampled_from([None, 0.5]))   # the row's "scale" under a per_value plan
 
 The plugin (conformance/runner/plugin.py) switches the plan on for a check whose operation the adapter
-declares ``compiles="per_shape"``, and the report says which operations ran under one (``reached``: the shapes
-each was called with, and the programs the candidate built, where it counts them).
+declares ``compiles="per_shape"`` or ``"per_value"``, and the report says which operations ran under one
+(``reached``: the shapes each was called with, the calls planned, those whose values were planned too, and the
+programs the candidate built, where it counts them).
 """
 
 from __future__ import annotations
@@ -36,18 +45,29 @@ T = TypeVar("T")
 #: One planned shape: the value of each shape label of a strategy's draws.
 Shape = Mapping[str, Any]
 
-_ACTIVE: list[bool] = [False]
+#: What the check running now plans: "no" (free draws), "per_shape" (shapes) or "per_value" (shapes and the
+#: structural values their rows state) — the operation's ``Capability.compiles``
+_ACTIVE: list[str] = ["no"]
 
 
 def active() -> bool:
     """Whether the check running now draws its shapes from the plans."""
-    return _ACTIVE[-1]
+    return _ACTIVE[-1] != "no"
+
+
+def values_active() -> bool:
+    """Whether the check running now also draws the structural values its planned shapes state."""
+    return _ACTIVE[-1] == "per_value"
 
 
 @contextmanager
-def planned(on: bool = True) -> Iterator[None]:
-    """Draw shapes from the plans (``on``) or freely, inside the block."""
-    _ACTIVE.append(on)
+def planned(on: bool | str = True) -> Iterator[None]:
+    """Draw shapes from the plans (``on``: True or "per_shape"), shapes and their stated values ("per_value"), or
+    freely (False or "no"), inside the block."""
+    mode = ("per_shape" if on else "no") if isinstance(on, bool) else on
+    if mode not in ("no", "per_shape", "per_value"):
+        raise ValueError(f"no plan {on!r}: False, True, 'no', 'per_shape' or 'per_value'")
+    _ACTIVE.append(mode)
     try:
         yield
     finally:
@@ -78,9 +98,20 @@ class Dims:
         value: T = self._shape[label]
         return value
 
+    def value(self, label: str, free: st.SearchStrategy[T], allowed: Callable[[Any], bool] | None = None) -> T:
+        """A structural parameter: the planned shape's ``label`` under a ``per_value`` plan, when the row states
+        one and ``allowed`` (if given) accepts it; otherwise this draw of ``free``."""
+        if self._shape is not None and values_active() and label in self._shape:
+            stated = self._shape[label]
+            if allowed is None or allowed(stated):
+                value: T = stated
+                return value
+        return self._draw(free, label=label)
+
 
 def shapes(labels: Sequence[str], *rows: tuple[Any, ...]) -> tuple[Shape, ...]:
-    """Planned shapes written as rows of values for ``labels``: ``shapes(("rows", "n"), (3, 5), (2, 64))``."""
+    """Planned shapes written as rows of values for ``labels``: ``shapes(("rows", "n"), (3, 5), (2, 64))``; labels
+    of structural parameters (read with ``Dims.value``) are columns like the others."""
     for row in rows:
         if len(row) != len(labels):
             raise ValueError(f"planned shape {row} has {len(row)} values for the {len(labels)} labels {labels}")

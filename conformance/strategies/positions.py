@@ -29,7 +29,15 @@ HEADS = st.one_of(st.integers(1, 16), sampled_from([20, 24, 40, 64]))
 SINUSOIDAL_SHAPES = shapes(("d/2", "T", "batch"), (3, 5, 2), (32, 6, 1), (256, 2, 1))
 LEARNED_SHAPES = shapes(("L", "d", "T"), (7, 5, 12), (512, 48, 3), (2048, 16, 9))
 ALIBI_SHAPES = shapes(("H", "Tq", "Tk", "batch"), (5, 3, 6, 1), (8, 1, 4, 2), (24, 5, 5, 1))
-ROPE_SCALED_SHAPES = shapes(("d/2", "rotary_dim", "T", "heads"), (3, None, 5, 2), (32, 32, 4, 1), (64, None, 3, 2))
+#: RoPE scaling: under a ``per_value`` plan each shape also states the base and the rule's numbers (a fractional factor
+#: and a short trained length, Llama 3.1's bands at 8k, a factor of 32 at 128k), the rule's kind drawn freely
+_RULE_LABELS = ("factor", "trained length", "beta_fast", "beta_slow", "low, high factors", "factor lists seed")
+ROPE_SCALED_SHAPES = shapes(
+    ("d/2", "rotary_dim", "T", "heads", "base", *_RULE_LABELS),
+    (3, None, 5, 2, 10000.0, 1.5, 16, 32, 1, (0.5, 2.0), 0),
+    (32, 32, 4, 1, 500000.0, 8.0, 8192, 16, 2, (1.0, 4.0), 1),
+    (64, None, 3, 2, 10000.0, 32.0, 131_072, 64, 1, (1.5, 8.0), 2),
+)
 
 
 @st.composite
@@ -80,27 +88,34 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
 
 
 @st.composite
-def scaling(draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64) -> dict[str, Any]:
+def scaling(
+    draw: st.DrawFn, kinds: tuple[str, ...] = SCALING_TYPES, rotary_dim: int = 64, dims: Dims | None = None
+) -> dict[str, Any]:
     """A context-extension rule among ``kinds`` with its parameters; factors 2 … 32, trained lengths 16 … 8192 and
-    the 128k of current models."""
+    the 128k of current models. ``dims``: the planned shape whose stated values (a ``per_value`` plan) the rule's
+    numbers are; its kind is drawn freely."""
+
+    def pick(label: str, free: st.SearchStrategy[Any]) -> Any:
+        return dims.value(label, free) if dims is not None else draw(free, label=label)
+
     kind = draw(sampled_from(kinds), label="scaling") if len(kinds) > 1 else kinds[0]
-    factor = draw(sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]), label="factor")
-    original = draw(sampled_from([16, 64, 2048, 4096, 8192, 131_072]), label="trained length")
+    factor = pick("factor", sampled_from([2.0, 4.0, 8.0, 32.0, 1.5]))
+    original = pick("trained length", sampled_from([16, 64, 2048, 4096, 8192, 131_072]))
     params: dict[str, Any] = {"type": kind, "factor": factor}
     if kind in ("dynamic", "yarn", "llama3"):
         params["original_max_position_embeddings"] = original
     if kind == "yarn":  # the defaults (32, 1) passed explicitly, or others
         params |= {
-            "beta_fast": draw(sampled_from([32, 16, 64]), label="beta_fast"),
-            "beta_slow": draw(sampled_from([1, 2, 2]), label="beta_slow"),
+            "beta_fast": pick("beta_fast", sampled_from([32, 16, 64])),
+            "beta_slow": pick("beta_slow", sampled_from([1, 2, 2])),
         }
     if kind == "llama3":
         # Llama 3.1's (1, 4) and others (low < high)
-        low, high = draw(sampled_from([(0.5, 2.0), (1.0, 4.0), (1.5, 8.0), (1.0, 2.0)]), label="low, high factors")
+        low, high = pick("low, high factors", sampled_from([(0.5, 2.0), (1.0, 4.0), (1.5, 8.0), (1.0, 2.0)]))
         params |= {"low_freq_factor": low, "high_freq_factor": high}
     if kind == "longrope":
         # as Phi-3's: short factors near 1, long factors rising from 1 towards the low frequencies
-        rng = np.random.default_rng(draw(st.integers(0, 2**16), label="factor lists seed"))
+        rng = np.random.default_rng(pick("factor lists seed", st.integers(0, 2**16)))
         half = rotary_dim // 2
         params |= {
             "original_max_position_embeddings": original,
@@ -118,9 +133,9 @@ def rope_scaled_case(draw: st.DrawFn, dtype: Format, kinds: tuple[str, ...] = SC
     rotary_dim = dims("rotary_dim", st.one_of(st.none(), st.integers(2, half).map(lambda k: 2 * k)))
     t = dims("T", st.integers(1, 5))
     seed = draw(seeds, label="seed")
-    base = draw(sampled_from([10000.0, 10000.0, 500000.0]), label="base")
+    base = dims.value("base", sampled_from([10000.0, 10000.0, 500000.0]))
     x = fill(dtype, (dims("heads", st.integers(1, 2)), t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
-    rule = draw(scaling(kinds, rotary_dim or d))
+    rule = draw(scaling(kinds, rotary_dim or d, dims))
     return Case(
         {"x": x, "positions": draw(positions(t, long_positions(dtype)))},
         {"base": base, "rotary_dim": rotary_dim, "scaling": rule},
