@@ -173,6 +173,30 @@ def test_a_value_plan_draws_each_shape_with_its_stated_values(name: str) -> None
     assert {shape for shape, _ in by_value} <= {shape for shape, _ in by_shape}
 
 
+def _params(strategy: st.SearchStrategy[Case], mode: str, n: int = 80) -> dict[str, set[str]]:
+    seen: dict[str, set[str]] = {}
+
+    @settings(max_examples=n, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def collect(case: Case) -> None:
+        for k, v in case.params.items():
+            seen.setdefault(k, set()).add(repr(v))
+
+    with plan.planned(mode):
+        collect()
+    return seen
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_no_parameter_loses_its_variety_under_a_plan(name: str) -> None:
+    """A parameter the free draws vary is still varied under a value plan: the report would call it a gap
+    (reached's "parameter … not varied"), and its other values would go unchecked."""
+    make, _ = STRATEGIES[name]
+    free, by_value = _params(make(), "no"), _params(make(), "per_value")
+    flat = sorted(k for k, v in free.items() if len(v) > 1 and len(by_value.get(k, ())) < 2)
+    assert not flat, f"{name}: varied freely, one value under the plan: {flat}"
+
+
 def test_a_value_plan_reaches_every_value_the_free_draws_do() -> None:
     """Over its rows the plan states causal and not, no soft-cap and two, each scale, and windows that leave the
     query alone, fall inside the keys and reach past them (the regimes of docs/coverage.md)."""

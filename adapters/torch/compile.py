@@ -29,7 +29,9 @@ the number of graphs small (docs/adapters.md, "torch-compile", has the measured 
 
 What still compiles anew is each dtype, rank, and value of a parameter that the code branches on or that
 an operator takes as a Python number (``eps`` of ``F.rms_norm``, ``causal``, ``softcap``, the RoPE base
-and rotary width, the activation's name).
+and rotary width, the activation's name). So the operations compiled with backed sizes are declared
+``compiles="per_value"``: their checks draw each planned shape with the structural values its row states
+(conformance/strategies/plan.py), one graph per row and dtype rather than one per combination drawn.
 """
 
 from __future__ import annotations

@@ -30,19 +30,19 @@ _ATTENTION_LABELS = ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", 
 ATTENTION_SHAPES = shapes(
     (*_ATTENTION_LABELS, "causal", "softcap", "scale", "span", "long span", "eps", "base"),
     (1, 1, 1, 1, 1, 1, 1, True, None, None, 1, 1, 1e-6, 10000.0),
-    (1, 1, 3, 7, 3, 4, 4, True, 5.0, 0.125, 3, 7, 1e-5, 500000.0),
-    (2, 2, 2, 5, 5, 16, 3, False, None, 1.0, 1, 6, 1e-5, 10000.0),
+    (1, 1, 3, 7, 3, 4, 4, False, 5.0, 0.125, 3, 7, 1e-5, 500000.0),
+    (2, 2, 2, 5, 5, 16, 3, True, None, 1.0, 1, 6, 1e-5, 10000.0),
     (1, 2, 1, 6, 2, 3, 1, True, 50.0, None, 6, 9, 1e-6, 10000.0),
 )
 MLP_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 11, (2, 3)), (24, 40, (1,)), (16, 7, (3,)))
 #: blocks: grouped KV heads two wide at head width 2 over two tokens (where inductor's symbolic shapes crash: docs/
-#: adapters.md, "torch"), one query head a KV head, three a KV head; the LM head. Under a ``per_value`` plan each shape
-#: also states the norms' ε (and a block its RoPE base)
+#: adapters.md, "torch"), one query head a KV head, three query heads on one KV head (MQA); the LM head. Under a
+#: ``per_value`` plan each shape also states the norms' ε (and a block its RoPE base)
 BLOCK_SHAPES = shapes(
     ("H_kv", "query heads per KV head", "D/2", "d", "T", "h", "eps", "base"),
     (2, 2, 1, 4, 2, 7, 1e-6, 10000.0),
     (2, 1, 2, 8, 4, 12, 1e-5, 500000.0),
-    (2, 3, 2, 6, 2, 5, 1e-5, 10000.0),
+    (1, 3, 2, 6, 2, 5, 1e-5, 10000.0),
 )
 LM_HEAD_SHAPES = shapes(("d", "V", "tokens", "eps"), (7, 5, 1, 1e-6), (16, 24, 3, 1e-5), (3, 13, 2, 1e-6))
 
