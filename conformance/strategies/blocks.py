@@ -25,7 +25,8 @@ from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIO
 #: a square mask and D = 16, and an odd head width over one query group. Under a ``per_value`` plan each also states
 #: its structural values: causal or not, the soft-cap and the scale, and the window or chunk of the local attentions
 #: ("span": the query alone, a span inside the keys, or one reaching past them; "long span": at least the keys), the
-#: QK-norm's ε and the RoPE base of RoPE attention — every value the free draws reach, each with one shape
+#: QK-norm's ε and the RoPE base of RoPE attention: over the rows causal and not, no soft-cap and two, each scale,
+#: a window of one key, inside the keys and past them, both ε and both bases
 _ATTENTION_LABELS = ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", "D_v")
 ATTENTION_SHAPES = shapes(
     (*_ATTENTION_LABELS, "causal", "softcap", "scale", "span", "long span", "eps", "base"),
