@@ -197,7 +197,7 @@ def test_no_parameter_loses_its_variety_under_a_plan(name: str) -> None:
     assert not flat, f"{name}: varied freely, one value under the plan: {flat}"
 
 
-def test_a_value_plan_reaches_every_value_the_free_draws_do() -> None:
+def test_a_value_plan_states_each_kind_of_value_the_free_draws_reach() -> None:
     """Over its rows the plan states causal and not, no soft-cap and two, each scale, and windows that leave the
     query alone, fall inside the keys and reach past them (the regimes of docs/coverage.md)."""
     rows = blocks.ATTENTION_SHAPES
