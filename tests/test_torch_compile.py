@@ -1,8 +1,14 @@
 """The torch-compile adapter's compile-cost design holds: an operation compiled with unbacked sizes serves
-shapes with and without size-1 dimensions from one graph, forward and VJP alike, and agrees with the oracle."""
+shapes with and without size-1 dimensions from one graph, forward and VJP alike, and agrees with the oracle; a
+compile that failed is not tried again for its signature, and nothing else is kept."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
 import torch._dynamo.utils
 
 from tests.adapter_smoke import outside_hypothesis
@@ -26,3 +32,57 @@ def test_one_graph_serves_every_shape_forward_and_vjp() -> None:
             out = check_forward(adapter, "rms_norm", case, dtype, rec)
             check_vjp(adapter, "rms_norm", case, fill(dtype, out.shape, 1.0, 99), dtype, rec)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
+
+
+def _counting_compile(adapter: TorchCompileAdapter, op: str, fn: Callable[..., Any], backend: Any) -> list[int]:
+    """``adapter`` with ``op`` compiled from ``fn`` by ``backend``, called once per compile: the list counts."""
+    compiles: list[int] = []
+
+    def counted(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        compiles.append(1)
+        return backend(gm, example_inputs)
+
+    torch._dynamo.reset()
+    adapter.impl[op] = torch.compile(fn, backend=counted, dynamic=True)
+    return compiles
+
+
+def test_a_failed_compile_is_raised_again_without_compiling() -> None:
+    """A compile that failed fails its signature's later calls the same way, forward and VJP, without the compiler
+    (which keeps no record of a failure) running again; another signature is compiled."""
+
+    def failing_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        raise RuntimeError("the backend cannot lower this graph")
+
+    adapter, dtype = TorchCompileAdapter(), fmt("float32")
+    compiles = _counting_compile(adapter, "rms_norm", lambda x, weight, eps=None: x * weight, failing_backend)
+    x, w = fill(dtype, (3, 5), 1.0, 1), fill(dtype, (5,), 0.5, 2, offset=1.0)
+    for _ in range(3):
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="cannot lower this graph"):
+            adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5})
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="cannot lower this graph"):
+        adapter.vjp("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5}, fill(dtype, (3, 5), 1.0, 3))
+    assert len(compiles) == 1
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed):
+        adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-6})  # another signature: compiled
+    assert len(compiles) == 2
+
+
+def test_an_error_of_the_compiled_code_is_raised_by_each_call() -> None:
+    """An error raised while the compiled code runs (here one that depends on the values) is not kept: each call
+    runs, and new values of the same shapes give their answer."""
+
+    def check_finite(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        torch._check_value(bool(torch.isfinite(x).all()), lambda: "x is not finite")
+        return x * weight
+
+    adapter, dtype = TorchCompileAdapter(), fmt("float32")
+    compiles = _counting_compile(adapter, "rms_norm", check_finite, lambda gm, _: gm.forward)
+    x, w = fill(dtype, (3, 5), 1.0, 1), fill(dtype, (5,), 0.5, 2, offset=1.0)
+    bad = x.copy()
+    bad[0, 0] = np.inf
+    for _ in range(2):
+        with pytest.raises(ValueError, match="not finite"):
+            adapter.forward("rms_norm", {"x": bad, "weight": w}, {"eps": 1e-5})
+    np.testing.assert_array_equal(adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5}), x * w)
+    assert compiles and not adapter._failed

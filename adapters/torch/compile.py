@@ -22,6 +22,15 @@ the number of graphs small (docs/adapters.md, "torch-compile", has the measured 
   graph's output and ``vjp`` runs the same forward graph, then the backward. A forward under
   ``torch.no_grad`` would compile a third, inference-only graph: that graph is not what this adapter
   checks (its numerics are inductor's in both cases; the saved activations differ).
+* **A failed compile is not tried again.** Dynamo and inductor keep no record of a compile that raised: every later
+  call of the same signature (operation, shapes and dtypes of the inputs, parameters) traced and compiled it again
+  to fail the same way, seconds a call, through every example, shrink and integrity re-call that met it (two
+  compiler defects made 40 % of a cold ``torch-compile-full`` run). The adapter keeps each such failure of its
+  process by signature and raises it again for that signature without compiling. Only failures raised while
+  compiling are kept (their traceback passes through dynamo's frame conversion or inductor's ``compile_fx``, or
+  they are a ``BackendCompilerFailed``), and they depend on nothing a signature leaves out: compiling sees the
+  inputs' shapes and dtypes and the parameters, never the values. An error raised while the compiled code runs
+  is raised by each call as it happens.
 * **Compiled graphs persist.** Inductor's FX graph cache and AOTAutograd cache are on (torch's
   defaults), in ``TORCHINDUCTOR_CACHE_DIR`` (default: a ``torchinductor_$USER`` directory under the
   system's temporary directory), shared by the pytest-xdist workers and by later runs: a second run
@@ -37,15 +46,17 @@ and rotary width, the activation's name). So the operations compiled with backed
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import traceback
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from transformer_conformance.adapters.contract import OPS, Compiles
 from transformer_conformance.adapters.torch.adapter import TorchAdapter
-from transformer_conformance.adapters.torch.tensors import to_numpy
+from transformer_conformance.adapters.torch.tensors import backward_grads, to_numpy
 from transformer_conformance.adapters.versions import release
 
 #: the operations of :data:`UNBACKED_OPS` are compiled with unbacked sizes from torch 2.13, the first release
@@ -67,6 +78,30 @@ UNBACKED_OPS = frozenset(
         "alibi",
     }
 )
+
+
+#: the files of the compiler's compile steps: a failure raised through one was raised while compiling (dynamo's frame
+#: conversion: tracing, guards, the backend; inductor's compile_fx: the forward's and the lazily compiled backward's)
+COMPILE_STEPS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
+
+T = TypeVar("T")
+
+#: A call's signature as the compiler sees it: the call (forward or VJP), the operation, each input's name, shape and
+#: dtype, and the parameters.
+Signature = tuple[str, str, tuple[tuple[str, tuple[int, ...], str], ...], str]
+
+
+def signature(kind: str, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> Signature:
+    arrays = tuple((name, tuple(np.shape(v)), np.asarray(v).dtype.str) for name, v in sorted(inputs.items()))
+    return (kind, op, arrays, repr(sorted(params.items())))
+
+
+def raised_compiling(error: BaseException) -> bool:
+    """Whether ``error`` was raised while compiling (not while the compiled code ran)."""
+    if isinstance(error, torch._dynamo.exc.BackendCompilerFailed):
+        return True
+    files = (frame.filename.replace("\\", "/") for frame in traceback.extract_tb(error.__traceback__))
+    return any(f.endswith(step) for f in files for step in COMPILE_STEPS)
 
 
 #: the integer rules: plain Python, nothing compiled
@@ -105,6 +140,22 @@ class TorchCompileAdapter(TorchAdapter):
             if op in self.compiled_ops
         }
         self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
+        #: the compile failures of this process by signature, each with its traceback (module docstring)
+        self._failed: dict[Signature, tuple[BaseException, TracebackType | None]] = {}
+
+    def _once(self, keys: tuple[Signature, ...], run: Callable[[], T]) -> T:
+        """``run()``, unless a signature of ``keys`` failed to compile before: then that failure again. A failure
+        ``run`` raises while compiling is kept under the last key (the forward's signature fails the VJP too)."""
+        for key in keys:
+            if key in self._failed:
+                error, tb = self._failed[key]
+                raise error.with_traceback(tb)
+        try:
+            return run()
+        except Exception as error:
+            if raised_compiling(error):
+                self._failed[keys[-1]] = (error, error.__traceback__)
+            raise
 
     def compiles(self) -> int:
         """The graphs dynamo has compiled in this process (its ``unique_graphs`` counter): the report's count."""
@@ -131,8 +182,18 @@ class TorchCompileAdapter(TorchAdapter):
         if op in INTEGER_RULES:  # nothing to compile
             return super().forward(op, inputs, params)
         # with autograd recording: the forward graph of the joint graph the VJP also runs (module docstring)
-        out, _ = self._call(op, inputs, params, grad=True)
+        out, _ = self._once((signature("forward", op, inputs, params),), lambda: self._call(op, inputs, params, True))
         return to_numpy(out)
+
+    def vjp(
+        self, op: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        forward = signature("forward", op, inputs, params)
+        out, tensors = self._once((forward,), lambda: self._call(op, inputs, params, True))
+        return self._once(
+            (forward, signature("vjp", op, inputs, params)),
+            lambda: backward_grads(op, inputs, out, tensors, cotangent, self.device),
+        )
 
 
 class TorchCompileFullAdapter(TorchCompileAdapter):
