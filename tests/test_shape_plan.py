@@ -209,6 +209,51 @@ def test_a_value_plan_states_each_kind_of_value_the_free_draws_reach() -> None:
     assert all(r["long span"] >= r["L_k"] for r in rows)
 
 
+def _attention_inputs(row: Mapping[str, Any]) -> Case:
+    """An attention case of a planned row's shape (ones)."""
+    b, h_kv, lk, d = row["B"], row["H_kv"], row["L_k"], row["D"]
+    hq = h_kv * row["query heads per KV head"]
+    shapes = {"q": (b, hq, row["L_q"], d), "k": (b, h_kv, lk, d), "v": (b, h_kv, lk, row["D_v"])}
+    return Case({n: np.ones(s) for n, s in shapes.items()}, {}, {})
+
+
+def test_a_plan_states_the_chunks_and_tokens_decoded_against_a_cache() -> None:
+    """Each row's cache cuts end at its last key; over the rows, a chunk of several queries and two single tokens
+    decoded one after the other (attention/kv-cache); each row decodes its last two tokens against a rolling cache,
+    and one whose cache is still filling where the window is wider than one key (sliding-window/rolling-cache).
+    Without a plan the cuts are drawn as before and every token is decoded."""
+
+    def no_draw(strategy: st.SearchStrategy[Any], label: str = "") -> Any:
+        raise AssertionError(f"a planned row draws no cuts (drew {label!r})")
+
+    chunks = []
+    for row in blocks.ATTENTION_SHAPES:
+        cuts = list(row["cache cuts"])
+        assert cuts == sorted(set(cuts)) and cuts[0] >= 1 and cuts[-1] == row["L_k"], row
+        with plan.planned("per_shape"):
+            assert blocks.cache_cuts(no_draw, _attention_inputs(row)) == cuts
+        chunks.append([end - start for start, end in zip([0, *cuts], cuts, strict=False)])
+    assert any(max(c) > 1 for c in chunks) and any(c[-2:] == [1, 1] for c in chunks), chunks
+
+    for row in blocks.ATTENTION_SHAPES:  # sliding-window/rolling-cache: the last tokens, and one still filling
+        tokens, lk = list(row["decoded tokens"]), row["L_k"]
+        with plan.planned("per_shape"):
+            assert local_attention.decoded_tokens(_attention_inputs(row)) == tokens
+        assert tokens == sorted(set(tokens)) and tokens[0] >= 0 and tokens[-2:] == list(range(lk))[-2:], row
+        filling = tokens[0] + 1 < min(row["span"], lk)  # its cache holds fewer keys than the window
+        assert row["span"] == 1 or filling, f"no token decoded while the cache fills: {row}"
+    assert local_attention.decoded_tokens(_attention_inputs(blocks.ATTENTION_SHAPES[1])) == list(range(7))
+
+    labels: list[str] = []
+
+    def draw(strategy: st.SearchStrategy[Any], label: str = "") -> Any:
+        labels.append(label)
+        return [2] if label == "chunk ends" else False
+
+    assert blocks.cache_cuts(draw, _attention_inputs(blocks.ATTENTION_SHAPES[1])) == [2, 7]
+    assert labels == ["chunk ends", "decode token by token"]
+
+
 def test_a_value_the_draw_does_not_allow_is_drawn_freely() -> None:
     calls: list[str] = []
 

@@ -203,13 +203,7 @@ def test_kv_cache(adapter: Adapter, dtype: Format, record: Record, data: st.Data
     full = dict(case.inputs, q=cst.fill(dtype, (*q.shape[:2], lk, q.shape[3]), 2.0, 7))
     if data.draw(st.booleans(), label="use drawn queries as the tail"):
         full["q"][:, :, lk - q.shape[2] :] = q
-    cuts = (
-        sorted(set(data.draw(st.lists(st.integers(1, lk - 1), max_size=3), label="chunk ends")) | {lk})
-        if lk > 1
-        else [1]
-    )
-    if data.draw(st.booleans(), label="decode token by token"):
-        cuts = list(range(1, lk + 1))
+    cuts = sb.cache_cuts(data.draw, case)
     shape = (q.shape[0], q.shape[1], lk, v.shape[3])
     y, a, call = run(adapter, "attention", full, case.params, dtype, shape)
     start = 0

@@ -109,7 +109,7 @@ def _span_is_causal(adapter: Adapter, op: str, case: Case, dtype: Format, record
 
 def _rolling_cache(adapter: Adapter, case: Case, dtype: Format, record: Record) -> None:
     """Each query of the full sequence decoded alone against only the keys its window holds (a rolling buffer)
-    equals its row of the full forward."""
+    equals its row of the full forward (under a plan, the queries its planned shape states)."""
     q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
     lk = k.shape[2]
     full = dict(case.inputs, q=cst.fill(dtype, (*q.shape[:2], lk, q.shape[3]), 2.0, 11))
@@ -117,7 +117,7 @@ def _rolling_cache(adapter: Adapter, case: Case, dtype: Format, record: Record) 
     shape = (q.shape[0], q.shape[1], lk, v.shape[3])
     y, a, call = run(adapter, SWA, full, case.params, dtype, shape)
     reach = loc.window_reach(int(case.params["window"]), adapter.conventions.sliding_window)
-    for t in range(lk):
+    for t in sl.decoded_tokens(case):
         start = max(0, t - reach)
         step = {"q": full["q"][:, :, t : t + 1], "k": k[:, :, start : t + 1], "v": v[:, :, start : t + 1]}
         ys, as_, _ = run(adapter, SWA, step, case.params, dtype, (*shape[:2], 1, shape[3]))

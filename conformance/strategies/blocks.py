@@ -26,14 +26,19 @@ from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIO
 #: its structural values: causal or not, the soft-cap and the scale, and the window or chunk of the local attentions
 #: ("span": the query alone, a span inside the keys, or one reaching past them; "long span": at least the keys), the
 #: QK-norm's ε and the RoPE base of RoPE attention: over the rows causal and not, no soft-cap and two, each scale,
-#: a window of one key, inside the keys and past them, both ε and both bases
+#: a window of one key, inside the keys and past them, both ε and both bases. Under any plan each also states the
+#: chunks its causal sequence is computed in against a growing KV cache ("cache cuts": each chunk's last query, see
+#: :func:`cache_cuts`): a prefill in chunks, then single tokens decoded one after another; and the tokens decoded
+#: alone against a rolling cache of a window's keys ("decoded tokens", strategies/local_attention.py): the last two
+#: and, where the window is wider than one key, one whose cache is still filling
 _ATTENTION_LABELS = ("B", "H_kv", "query heads per KV head", "L_k", "L_q", "D", "D_v")
+_ATTENTION_VALUES = ("causal", "softcap", "scale", "span", "long span", "eps", "base")
 ATTENTION_SHAPES = shapes(
-    (*_ATTENTION_LABELS, "causal", "softcap", "scale", "span", "long span", "eps", "base"),
-    (1, 1, 1, 1, 1, 1, 1, True, None, None, 1, 1, 1e-6, 10000.0),
-    (1, 1, 3, 7, 3, 4, 4, False, 5.0, 0.125, 3, 7, 1e-5, 500000.0),
-    (2, 2, 2, 5, 5, 16, 3, True, None, 1.0, 1, 6, 1e-5, 10000.0),
-    (1, 2, 1, 6, 2, 3, 1, True, 50.0, None, 6, 9, 1e-6, 10000.0),
+    (*_ATTENTION_LABELS, "cache cuts", "decoded tokens", *_ATTENTION_VALUES),
+    (1, 1, 1, 1, 1, 1, 1, (1,), (0,), True, None, None, 1, 1, 1e-6, 10000.0),
+    (1, 1, 3, 7, 3, 4, 4, (3, 5, 6, 7), (1, 5, 6), False, 5.0, 0.125, 3, 7, 1e-5, 500000.0),
+    (2, 2, 2, 5, 5, 16, 3, (2, 4, 5), (3, 4), True, None, 1.0, 1, 6, 1e-5, 10000.0),
+    (1, 2, 1, 6, 2, 3, 1, (4, 5, 6), (0, 4, 5), True, 50.0, None, 6, 9, 1e-6, 10000.0),
 )
 MLP_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 11, (2, 3)), (24, 40, (1,)), (16, 7, (3,)))
 #: blocks: grouped KV heads two wide at head width 2 over two tokens (where inductor's symbolic shapes crash: docs/
@@ -103,7 +108,28 @@ def attention_case(
 def planned_row(case: Case) -> Shape | None:
     """The planned shape of ``ATTENTION_SHAPES`` an attention case was drawn with, under a ``per_value`` plan (its
     stated window or chunk goes with it); None otherwise."""
-    if not plan.values_active():
+    return row_of(case) if plan.values_active() else None
+
+
+def cache_cuts(draw: st.DrawFn, case: Case) -> list[int]:
+    """The chunks a causal case's sequence of L_k queries is computed in against a growing KV cache, as the index
+    after each chunk's last query (the last is L_k): up to three drawn chunk ends, or every token alone. Under a
+    plan, the chunks its planned shape states: each chunk is a shape of its own (its queries against the cache so
+    far), and the stated ones, a prefill in chunks then tokens decoded one by one, are built once, not once for each
+    set drawn."""
+    row = row_of(case)
+    if row is not None:
+        return list(row["cache cuts"])
+    lk = case.inputs["k"].shape[2]
+    cuts = sorted(set(draw(st.lists(st.integers(1, lk - 1), max_size=3), label="chunk ends")) | {lk}) if lk > 1 else [1]
+    if draw(st.booleans(), label="decode token by token"):
+        cuts = list(range(1, lk + 1))
+    return cuts
+
+
+def row_of(case: Case) -> Shape | None:
+    """The planned shape of ``ATTENTION_SHAPES`` an attention case was drawn with, under any plan; None otherwise."""
+    if not plan.active():
         return None
     q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
     b, hq, lq, d = q.shape

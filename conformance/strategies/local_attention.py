@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from transformer_conformance.conformance.strategies.blocks import attention_case, stated
+from transformer_conformance.conformance.strategies.blocks import attention_case, row_of, stated
 from transformer_conformance.conformance.strategies.choices import sampled_from
 from transformer_conformance.conformance.strategies.common import Case, fill, magnitudes, seeds
 from transformer_conformance.conformance.strategies.sizes import LONG_KEYS
@@ -35,6 +35,13 @@ def _span(draw: st.DrawFn, case: Case, label: str, long: bool = False) -> int:
         free = st.one_of(st.just(1), st.integers(1, lk + 1), st.integers(lk, lk + 3))
     span: int = stated(draw, case, "long span" if long else "span", free, label)
     return span
+
+
+def decoded_tokens(case: Case) -> list[int]:
+    """The tokens of a causal case's sequence of L_k queries decoded one at a time against a rolling cache: every
+    one; under a plan, those its planned shape states (each length of the cache is a shape of its own)."""
+    row = row_of(case)
+    return list(row["decoded tokens"]) if row is not None else list(range(case.inputs["k"].shape[2]))
 
 
 @st.composite
