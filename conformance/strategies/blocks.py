@@ -6,6 +6,7 @@ evaluated deep in their tails, and the normalised residual stream at tiny and la
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,7 @@ def planned_row(case: Case) -> Shape | None:
     return row_of(case) if plan.values_active() else None
 
 
-def cache_cuts(draw: st.DrawFn, case: Case) -> list[int]:
+def cache_cuts(draw: Callable[..., Any], case: Case) -> list[int]:
     """The chunks a causal case's sequence of L_k queries is computed in against a growing KV cache, as the index
     after each chunk's last query (the last is L_k): up to three drawn chunk ends, or every token alone. Under a
     plan, the chunks its planned shape states: each chunk is a shape of its own (its queries against the cache so
