@@ -1,9 +1,9 @@
 """Hypothesis profiles of the suite: select one with pytest's ``--hypothesis-profile=NAME``.
 
 * ``ci`` (the default) — derandomised: the same examples on every run and machine for the same code, so a
-  gate's verdict depends only on the candidate. (Hypothesis also draws, now and then, constants found in
-  local modules: editing the suite or a candidate module loaded from the working tree can move the sample.)
-  Failures print the ``@reproduce_failure`` blob.
+  gate's verdict depends only on the candidate. (Hypothesis also draws, now and then, constants found in the
+  local modules loaded — the caller's repository, generated kernels: every profile here leaves those out,
+  :func:`no_local_constants`.) Failures print the ``@reproduce_failure`` blob.
 * ``dev`` — quick and random: a different sample each run, for local iteration.
 * ``thorough`` — many more examples, random, for a release or a new kernel.
 * ``ci-noshrink`` — ``ci`` without the shrink phase: the same examples and the same verdicts, the first
@@ -71,6 +71,25 @@ def bound_shrinking() -> None:
 
 
 bound_shrinking()
+
+
+def no_local_constants() -> None:
+    """Draw without the constants of the caller's code. Hypothesis mixes into its draws the literals of every loaded
+    module it takes for local (anything outside site-packages and the standard library): the caller's repository,
+    the candidate's own modules, an editable install, the kernels a compiler generates under the temporary
+    directory. Which of those are loaded depends on where the suite is run from and on what ran before in the
+    process, so the sample, and the verdict, would too. The suite draws with Hypothesis's own constants only (left
+    alone if a release renames what this replaces)."""
+    from hypothesis.internal.conjecture import providers
+
+    if callable(getattr(providers, "_get_local_constants", None)) and hasattr(providers, "Constants"):
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+        if hasattr(providers, "CONSTANTS_CACHE"):
+            providers.CONSTANTS_CACHE.cache.clear()
+
+
+no_local_constants()
 
 DEFAULT_PROFILE = "ci"
 PROFILES = ("ci", "dev", "thorough", "ci-noshrink", "ci-random", "ci-random-noshrink")
