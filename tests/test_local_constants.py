@@ -31,17 +31,20 @@ def _draws() -> list[int]:
 
 
 def _import_caller_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module of the caller's, loaded for the test (and out of sys.modules after it)."""
     folder = tmp_path / "callers_repo"
     folder.mkdir()
     (folder / "caller_kernel.py").write_text(f"BLOCK = {CONSTANT}\n")
     monkeypatch.syspath_prepend(str(folder))
-    importlib.import_module("caller_kernel")
-    monkeypatch.delitem(sys.modules, "caller_kernel")
+    module = importlib.import_module("caller_kernel")
+    sys.modules.pop("caller_kernel")
+    monkeypatch.setitem(sys.modules, "caller_kernel", module)
 
 
 def test_the_callers_constants_are_not_drawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     profiles.no_local_constants()
     _import_caller_module(tmp_path, monkeypatch)
+    assert "caller_kernel" in sys.modules
     assert not providers._get_local_constants().set_for_type(int)
     assert CONSTANT not in _draws()
 

@@ -58,8 +58,10 @@ def test_a_failed_compile_is_raised_again_without_compiling() -> None:
     compiles = _counting_compile(adapter, "rms_norm", lambda x, weight, eps=None: x * weight, failing_backend)
     x, w = fill(dtype, (3, 5), 1.0, 1), fill(dtype, (5,), 0.5, 2, offset=1.0)
     for _ in range(3):
-        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="cannot lower this graph"):
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="cannot lower this graph") as raised:
             adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5})
+        assert "an earlier check's example" not in getattr(raised.value, "__notes__", [])
+        raised.value.add_note("an earlier check's example")  # as Hypothesis notes its falsifying example
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="cannot lower this graph"):
         adapter.vjp("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5}, fill(dtype, (3, 5), 1.0, 3))
     assert len(compiles) == 1

@@ -140,21 +140,28 @@ class TorchCompileAdapter(TorchAdapter):
             if op in self.compiled_ops
         }
         self.impl = {op: torch.compile(fn, dynamic=True) for op, fn in self.impl.items() if op in self.compiled_ops}
-        #: the compile failures of this process by signature, each with its traceback (module docstring)
-        self._failed: dict[Signature, tuple[BaseException, TracebackType | None]] = {}
+        #: the compile failures of this process by signature, each with its traceback and notes (module docstring)
+        self._failed: dict[Signature, tuple[BaseException, TracebackType | None, list[str] | None]] = {}
 
     def _once(self, keys: tuple[Signature, ...], run: Callable[[], T]) -> T:
         """``run()``, unless a signature of ``keys`` failed to compile before: then that failure again. A failure
-        ``run`` raises while compiling is kept under the last key (the forward's signature fails the VJP too)."""
+        ``run`` raises while compiling is kept under the last key (the forward's signature fails the VJP too). It is
+        raised again with the notes it had when kept: Hypothesis adds its falsifying example to a failure's notes, and
+        the report reads a check's counterexample from them, so an earlier check's must not come along."""
         for key in keys:
             if key in self._failed:
-                error, tb = self._failed[key]
+                error, tb, notes = self._failed[key]
+                if notes is not None:
+                    error.__notes__ = list(notes)
+                elif hasattr(error, "__notes__"):
+                    del error.__notes__
                 raise error.with_traceback(tb)
         try:
             return run()
         except Exception as error:
             if raised_compiling(error):
-                self._failed[keys[-1]] = (error, error.__traceback__)
+                notes = getattr(error, "__notes__", None)
+                self._failed[keys[-1]] = (error, error.__traceback__, None if notes is None else list(notes))
             raise
 
     def compiles(self) -> int:
