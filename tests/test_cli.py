@@ -168,14 +168,16 @@ def test_hang_is_stopped_and_reported(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_crash_is_isolated(tmp_path: Path) -> None:
-    """A candidate that ends its process fails the check it was in; with -n the other checks still run."""
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_crash_is_isolated(tmp_path: Path, workers: str) -> None:
+    """A candidate that ends its process fails the check it was in; with -n the other checks still run (the workers
+    that replace the ones it ended are given the rest of their operation's checks: conformance/runner/scheduling.py)."""
     run = run_suite(
         tmp_path,
         "--adapter=tests.faulty:EndsProcess",
         "--dtype=float32",
         "-n",
-        "1",
+        workers,
         "test_rmsnorm.py",
         "test_rope.py",
     )

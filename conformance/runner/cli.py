@@ -41,6 +41,11 @@ def has_n(args: list[str]) -> bool:
     )
 
 
+def has_dist(args: list[str]) -> bool:
+    """Whether the arguments choose pytest-xdist's distribution mode themselves."""
+    return any(a == "-d" or a == "--dist" or a.startswith("--dist=") or a == "--distload" for a in args)
+
+
 def check_module(arg: str) -> str | None:
     """The path of the check module ``arg`` names (``test_rmsnorm.py``, ``conformance/test_rmsnorm.py``,
     optionally with ``::test_name``), or None if it names none."""
@@ -57,7 +62,9 @@ def pytest_args(args: list[str]) -> list[str]:
     rest = [a for a in args if check_module(a) is None]
     isolated = ["-c", str(CONFIG), "--rootdir", str(CHECKS_DIR), "--confcutdir", str(CHECKS_DIR), "-p", PLUGIN]
     workers = [] if has_n(rest) else ["-n", "auto"]
-    return [*(modules or [str(CHECKS_DIR)]), *isolated, *workers, *rest]
+    # the checks of one program in one worker (plugin.program_group), unless the caller chooses a distribution
+    grouped = [] if has_dist(rest) else ["--dist", "loadgroup"]
+    return [*(modules or [str(CHECKS_DIR)]), *isolated, *workers, *grouped, *rest]
 
 
 def version() -> str:
@@ -118,6 +125,8 @@ def usage() -> str:
         "",
         "often used pytest options:",
         "  -n N                  worker processes (default: auto, one per core; 0: none)",
+        "  --dist MODE           how checks go to workers (default: loadgroup, an operation's checks in a dtype",
+        "                        together, so a compiled program is built once a run)",
         "  -k EXPRESSION         only the checks whose names match",
         "  -q, -v                less or more output",
         "  --hypothesis-profile=NAME   ci (default, derandomised), dev, thorough",

@@ -231,6 +231,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("dtype", formats, ids=[autocast.label(f) for f in formats], scope="session")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (the runner's default): the checks of one program in one worker (scheduling.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from transformer_conformance.conformance.runner.scheduling import ProgramScheduling
+
+    return ProgramScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With ``--behaviour``, deselect the checks of every other behaviour."""
     wanted = set(_split(config.getoption("behaviour")))
