@@ -62,7 +62,7 @@ def pytest_args(args: list[str]) -> list[str]:
     rest = [a for a in args if check_module(a) is None]
     isolated = ["-c", str(CONFIG), "--rootdir", str(CHECKS_DIR), "--confcutdir", str(CHECKS_DIR), "-p", PLUGIN]
     workers = [] if has_n(rest) else ["-n", "auto"]
-    # the checks of one program in one worker (plugin.program_group), unless the caller chooses a distribution
+    # the checks of one program in one worker (scheduling.py), unless the caller chooses a distribution
     grouped = [] if has_dist(rest) else ["--dist", "loadgroup"]
     return [*(modules or [str(CHECKS_DIR)]), *isolated, *workers, *grouped, *rest]
 

@@ -6,7 +6,7 @@ programs: its forward, gradient, integrity and decoding checks run the same grap
 pytest-xdist's ``load`` distribution sends each check to whichever worker is free, so with two workers most
 programs were built twice. Under ``--dist loadgroup`` (the runner's default, cli.py) :class:`ProgramScheduling`
 sends the checks of one (operation, adapter, dtype) to one worker, the largest groups first: each program is
-built once a run. The checks of no operation (the specification's own, the accounting rules) go one by one.
+built once a run. A test of no operation (none of the suite's checks) goes alone.
 
 It stands in for pytest-xdist's own ``loadgroup`` scheduler, whose groups are ``xdist_group`` marks carried in
 the node id, which pytest 9.2's structured node ids no longer carry (pytest-xdist issue 1386); a node id that
@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
+from transformer_conformance.conformance.runner.cli import CHECKS_DIR
+
 #: the package of the check modules (conformance/checks)
 CHECKS_PACKAGE = "transformer_conformance.conformance.checks"
-CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 
 
 @functools.cache
@@ -44,8 +45,8 @@ def check_ops(module: str) -> dict[str, str]:
 
 def program_group(root: Path, nodeid: str) -> str | None:
     """The group of a check's node id (``test_mla.py::test_forward[torch-compile-float32]``, relative to
-    ``root``): its operation and parameters (``mla[torch-compile-float32]``), or None for a check of no
-    operation or a test that is not one of this suite's checks."""
+    ``root``): its operation and parameters (``mla_attention[torch-compile-float32]``), or None for a test that is
+    not one of this suite's checks or names no operation."""
     path, sep, rest = nodeid.partition("::")
     name, bracket, params = rest.partition("[")
     file = (root / path).resolve()
