@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from transformer_conformance.conformance.runner.cli import CHECKS_DIR
-
-#: the package of the check modules (conformance/checks)
+#: the package of the check modules, and its folder (as cli.py's, which this module cannot import: cli -> plugin)
 CHECKS_PACKAGE = "transformer_conformance.conformance.checks"
+CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 
 
 @functools.cache
