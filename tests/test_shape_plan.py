@@ -152,13 +152,14 @@ VALUE_STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] =
     "rope scaled (one kind a shape)": (lambda: positions.rope_scaled_case(F32, ("yarn",)), 3),
     "rope scaled, llama3": (lambda: positions.rope_scaled_case(F32, ("llama3",)), 3),
     "mrope (one stream layout)": (lambda: mrope.mrope_case(F32, ("sections",)), 3),
+    "router (every choice)": (lambda: moe.router_case(F32), 6),
     "router (top-k, softmax, scaled)": (
         lambda: moe.router_case(F32, ("softmax",), ("none",), ("top_k",), ("factor",)),
-        3,
+        6,
     ),
     "router (groups, sigmoid, scaled)": (
         lambda: moe.router_case(F32, ("sigmoid",), ("topk",), ("groups",), ("factor",)),
-        2,
+        4,
     ),
 }
 

@@ -40,13 +40,19 @@ AUX_TOKENS = (16_384, 64, 8)
 Z_TOKENS = (4096, 256)
 #: The planned shapes (conformance/strategies/plan.py): a few experts, Mixtral's 8 and Qwen's 60 (even, for groups).
 #: The load-balancing loss's k is its selection's width (a top-k of static width), planned with its shape.
-#: the router: under a ``per_value`` plan each shape also states k (with DeepSeek's groups: n_group, topk_group, k)
-#: and the routed scaling factor, drawn freely where the draw does not allow it
+#: The router: under a ``per_value`` plan each shape also states the structure a compiler builds a program for — the
+#: score, the normalisation, the selection (with DeepSeek's groups: n_group and topk_group, stated on every row of an
+#: even E for a candidate that declares groups alone), k and the routed scaling — two rows a shape, so that over the
+#: rows every declared value is met, each with more than one of the others; a value the adapter does not declare is
+#: drawn freely.
 ROUTER_SHAPES = shapes(
-    ("E", "N", "k", "n_group", "topk_group", "scaling"),
-    (3, 5, 2, None, None, 2.5),
-    (8, 2, 3, 4, 2, 2.827),
-    (60, 6, 8, 2, 1, 16.0),
+    ("E", "N", "k", "n_group", "topk_group", "scaling", "score", "norm", "selection", "routed"),
+    (3, 5, 2, None, None, 2.5, "softmax", "none", "top_k", "none"),
+    (3, 5, 1, None, None, 2.5, "sigmoid", "topk", "bias", "factor"),
+    (8, 2, 3, 4, 2, 2.827, "sigmoid", "topk", "groups", "factor"),
+    (8, 2, 2, 4, 2, 2.827, "softmax", "topk", "top_k", "factor"),
+    (60, 6, 8, 2, 1, 16.0, "softmax", "none", "groups", "none"),
+    (60, 6, 4, 2, 1, 16.0, "sigmoid", "none", "bias", "factor"),
 )
 AUX_LOSS_SHAPES = shapes(("E", "N", "k"), (3, 7, 1), (8, 16, 2), (64, 5, 8))
 Z_LOSS_SHAPES = shapes(("E", "N"), (3, 7), (16, 32), (256, 2))
@@ -92,10 +98,12 @@ def router_case(
     scalings: tuple[str, ...] = ROUTED_SCALING,
 ) -> Case:
     """A router case among the declared scores, normalisations, selections and scalings."""
-    score = draw(sampled_from(scores), label="score")
-    norm = draw(sampled_from(norms), label="norm")
-    how = draw(sampled_from(selections), label="selection")
-    dims = Dims(draw, ROUTER_SHAPES, lambda s: how != "groups" or s["E"] % 2 == 0)
+    dims = Dims(draw, ROUTER_SHAPES, lambda s: any(h != "groups" or s["E"] % 2 == 0 for h in selections))
+    score = dims.value("score", sampled_from(scores), lambda v: v in scores)
+    norm = dims.value("norm", sampled_from(norms), lambda v: v in norms)
+    planned_e = dims.stated("E")  # a planned shape of an odd E has no groups of experts
+    usable = [h for h in selections if h != "groups" or planned_e is None or planned_e % 2 == 0]
+    how = dims.value("selection", sampled_from(usable), lambda v: v in usable)
     e = dims("E", sampled_from([x for x in EXPERTS if how != "groups" or x % 2 == 0]))
     n = dims("N", st.integers(1, 6))
     n_group = topk_group = None
@@ -119,7 +127,7 @@ def router_case(
         # multiples of 2^-6 in [−1/4, 1/4]: exact in every dtype, and still after a shift by a multiple of 1/4
         grid = np.random.default_rng(seed + 1).integers(-16, 17, e) * 2.0**-6
         bias = grid * draw(sampled_from([0.5, 1.0]), label="|bias|")
-    routed = draw(sampled_from(scalings), label="routed") == "factor"
+    routed = dims.value("routed", sampled_from(scalings), lambda v: v in scalings) == "factor"
     scaling = dims.value("scaling", sampled_from(SCALINGS)) if routed else 1.0
     inputs = {"logits": logits(dtype, n, e, spacing, offset, seed), "bias": dtype.round(bias)}
     params: dict[str, Any] = {

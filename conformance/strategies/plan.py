@@ -98,6 +98,11 @@ class Dims:
         value: T = self._shape[label]
         return value
 
+    def stated(self, label: str) -> Any:
+        """The planned shape's ``label`` without drawing anything: None without a plan, or where the row has no
+        ``label`` (for a draw that must fit the row before the row's own value is read)."""
+        return None if self._shape is None else self._shape.get(label)
+
     def value(self, label: str, free: st.SearchStrategy[T], allowed: Callable[[Any], bool] | None = None) -> T:
         """A structural parameter: the planned shape's ``label`` under a ``per_value`` plan, when the row states
         one and ``allowed`` (if given) accepts it; otherwise this draw of ``free``."""
