@@ -357,7 +357,7 @@ def known_failure_unshrunk(request: pytest.FixtureRequest, declared_support: Non
     builds another program (seconds each, where a check costs milliseconds), to minimise a failure its entry already
     describes. The examples drawn before it are the same, so the verdict is too (the ``ci-noshrink`` profile's
     guarantee). Hypothesis reads a test's settings from the attribute its ``@settings`` sets; where a release
-    renames it, the check is shrunk as before (tests/test_expectations_unshrunk.py fails rather than pass quietly)."""
+    renames it, the check is shrunk as before (tests/test_known_failure_unshrunk.py fails rather than pass quietly)."""
     meta = _marker(request.node)
     entry = _expectation(request.node, meta)
     test = getattr(request.node, "obj", None)

@@ -3,6 +3,7 @@ arrays drawn as (shape, magnitude, seed) and rounded to the dtype under test).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,8 @@ ALIBI_SHAPES = shapes(("H", "Tq", "Tk", "batch"), (5, 3, 6, 1), (8, 1, 4, 2), (2
 #: RoPE scaling: under a ``per_value`` plan each shape also states the base, the rule's numbers (a fractional factor
 #: and a short trained length, Llama 3.1's bands at 8k, a factor of 32 at 128k) and the rule's kind: every kind on
 #: the Llama 3.1 shape (its rotary width is half the head's), and on one other (twelve rows, one program each per
-#: dtype, where a kind drawn freely on each of three shapes made eighteen). A kind the adapter does not declare is
-#: drawn freely.
+#: dtype, where a kind drawn freely on each of three shapes made eighteen combinations). A kind the adapter does not
+#: declare is drawn freely.
 _RULE_LABELS = ("factor", "trained length", "beta_fast", "beta_slow", "low, high factors", "factor lists seed")
 _SMALL = (3, None, 5, 2, 10000.0, 1.5, 16, 32, 1, (0.5, 2.0), 0)
 _LLAMA_3_1 = (32, 32, 4, 1, 500000.0, 8.0, 8192, 16, 2, (1.0, 4.0), 1)
@@ -101,7 +102,7 @@ def scaling(
     the 128k of current models. ``dims``: the planned shape whose stated values (a ``per_value`` plan) the rule's
     kind and numbers are."""
 
-    def pick(label: str, free: st.SearchStrategy[Any], allowed: Any = None) -> Any:
+    def pick(label: str, free: st.SearchStrategy[Any], allowed: Callable[[Any], bool] | None = None) -> Any:
         return dims.value(label, free, allowed) if dims is not None else draw(free, label=label)
 
     kind = pick("scaling", sampled_from(kinds), lambda k: k in kinds) if len(kinds) > 1 else kinds[0]
