@@ -31,7 +31,6 @@ from transformer_conformance.conformance.strategies import (
 )
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import fmt
-from transformer_conformance.reference.rope_scaling import SCALING_TYPES
 
 F32 = fmt("float32")
 
@@ -150,7 +149,6 @@ VALUE_STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] =
     "mla (one form)": (lambda: mla.mla_case(F32, ("naive",)), 3),
     "block (one placement)": (lambda: blocks.block_case(F32, placement="pre"), 3),
     "lm head": (lambda: blocks.lm_head_case(F32), 3),
-    "rope scaled (every kind)": (lambda: positions.rope_scaled_case(F32), 12),
     "rope scaled (one kind a shape)": (lambda: positions.rope_scaled_case(F32, ("yarn",)), 3),
     "rope scaled, llama3": (lambda: positions.rope_scaled_case(F32, ("llama3",)), 3),
     "mrope (one stream layout)": (lambda: mrope.mrope_case(F32, ("sections",)), 3),
@@ -328,14 +326,6 @@ def test_a_per_shape_candidate_runs_under_the_plan(tmp_path: Path) -> None:
     for dtype, built in norm["compiles"].items():
         assert built <= 2 * norm["shapes"][dtype], (dtype, built)
     assert norm["calls"] > 4 * sum(norm["compiles"].values())
-
-
-def test_the_scaled_rope_rows_state_every_kind_on_two_shapes() -> None:
-    """Each context-extension rule is met on two planned shapes, one of them with a partial rotary width."""
-    rows = positions.ROPE_SCALED_SHAPES
-    for kind in SCALING_TYPES:
-        on = [r for r in rows if r["scaling"] == kind]
-        assert len({r["d/2"] for r in on}) == 2 and any(r["rotary_dim"] is not None for r in on), kind
 
 
 def test_the_router_rows_state_every_choice_with_more_than_one_of_the_others() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
 from transformer_conformance.adapters.contract import AUTOCAST, Adapter, regime_dtype
@@ -46,8 +46,6 @@ EXPECTED_SKIP = "skipped by expectation: "
 #: the skip message of a size regime an interpreted operation runs in another dtype (contract.regime_dtype)
 INTERPRETED_REGIME = "run once: "
 KNOWN = "known failure: "
-#: the attribute of a Hypothesis test holding the settings it runs under (set by ``@given`` and ``@settings``)
-SETTINGS_ATTRIBUTE = "_hypothesis_internal_use_settings"
 SPEC = "spec"  # adapter column of checks that test the specification itself, not a candidate
 
 
@@ -347,33 +345,6 @@ def expected_skip(request: pytest.FixtureRequest, declared_support: None) -> Non
     entry = _expectation(request.node, _marker(request.node))
     if entry is not None and entry.status == expectations.SKIP:
         pytest.skip(f"{EXPECTED_SKIP}{entry.reason}")
-
-
-@pytest.fixture(autouse=True)
-def known_failure_unshrunk(request: pytest.FixtureRequest, declared_support: None) -> Generator[None, None, None]:
-    """A check an expectation entry expects to fail, of an operation the adapter compiles (``compiles`` other than
-    "no"), runs without Hypothesis's shrink phase: the failure is confirmed and reported as first found, not
-    minimised. Each step of shrinking a compiled candidate's failure draws another shape or structural value, so
-    builds another program (seconds each, where a check costs milliseconds), to minimise a failure its entry already
-    describes. The examples drawn before it are the same, so the verdict is too (the ``ci-noshrink`` profile's
-    guarantee). Hypothesis reads a test's settings from the attribute its ``@settings`` sets; where a release
-    renames it, the check is shrunk as before (tests/test_known_failure_unshrunk.py fails rather than pass quietly)."""
-    meta = _marker(request.node)
-    entry = _expectation(request.node, meta)
-    test = getattr(request.node, "obj", None)
-    current = getattr(test, SETTINGS_ATTRIBUTE, None)
-    compiled = meta.get("op") is not None and "adapter" in request.fixturenames
-    if compiled:
-        cap = request.getfixturevalue("adapter").capabilities.get(meta["op"])
-        compiled = getattr(cap, "compiles", "no") != "no"
-    if not compiled or entry is None or entry.status != expectations.FAIL or not isinstance(current, settings):
-        yield
-        return
-    setattr(test, SETTINGS_ATTRIBUTE, settings(current, phases=[p for p in current.phases if p != Phase.shrink]))
-    try:
-        yield
-    finally:
-        setattr(test, SETTINGS_ATTRIBUTE, current)
 
 
 @pytest.hookimpl(tryfirst=True)
