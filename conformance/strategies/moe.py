@@ -42,9 +42,9 @@ Z_TOKENS = (4096, 256)
 #: The load-balancing loss's k is its selection's width (a top-k of static width), planned with its shape.
 #: The router: under a ``per_value`` plan each shape also states the structure a compiler builds a program for — the
 #: score, the normalisation, the selection (with DeepSeek's groups: n_group and topk_group, stated on every row of an
-#: even E for a candidate that declares groups alone), k and the routed scaling — two rows a shape, so that over the
-#: rows every declared value is met, each with more than one of the others; a value the adapter does not declare is
-#: drawn freely.
+#: even E for a candidate that declares groups alone), k and the routed scaling — two rows a shape, each score,
+#: normalisation and scaling on two shapes (tests/test_shape_plan.py); a value the adapter does not declare is drawn
+#: freely.
 ROUTER_SHAPES = shapes(
     ("E", "N", "k", "n_group", "topk_group", "scaling", "score", "norm", "selection", "routed"),
     (3, 5, 2, None, None, 2.5, "softmax", "none", "top_k", "none"),
