@@ -31,6 +31,7 @@ from transformer_conformance.conformance.strategies import (
 )
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import fmt
+from transformer_conformance.reference.mlp import GLU_ACTIVATIONS, MLP_ACTIVATIONS
 
 F32 = fmt("float32")
 
@@ -123,7 +124,7 @@ def _draw_values(strategy: st.SearchStrategy[Case], mode: str, n: int = 80) -> s
     """The (shapes, structural values) pairs ``strategy`` draws under ``mode``: what a per_value candidate builds."""
     seen: set[Any] = set()
     keys = ("causal", "softcap", "scale", "window", "chunk", "eps", "base", "mscale", "scaling", "sections", "streams")
-    keys += ("k", "n_group", "topk_group", "routed_scaling_factor", "score", "norm")
+    keys += ("k", "n_group", "topk_group", "routed_scaling_factor", "score", "norm", "activation")
 
     @settings(max_examples=n, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(case=strategy)
@@ -152,6 +153,8 @@ VALUE_STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] =
     "rope scaled (one kind a shape)": (lambda: positions.rope_scaled_case(F32, ("yarn",)), 3),
     "rope scaled, llama3": (lambda: positions.rope_scaled_case(F32, ("llama3",)), 3),
     "mrope (one stream layout)": (lambda: mrope.mrope_case(F32, ("sections",)), 3),
+    "mlp": (lambda: blocks.mlp_case(F32, gated=False), 10),
+    "glu": (lambda: blocks.mlp_case(F32, gated=True), 10),
     "router (every choice)": (lambda: moe.router_case(F32), 6),
     "router (top-k, softmax, scaled)": (
         lambda: moe.router_case(F32, ("softmax",), ("none",), ("top_k",), ("factor",)),
@@ -336,3 +339,30 @@ def test_the_router_rows_state_every_choice_with_more_than_one_of_the_others() -
             assert len({r["E"] for r in rows if r[label] == v}) >= 2, (label, v)
     assert {r["selection"] for r in rows} == set(moe.SELECTIONS)
     assert all(r["selection"] != "groups" or r["E"] % 2 == 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("rows", "names"), [(blocks.MLP_SHAPES, MLP_ACTIVATIONS), (blocks.GLU_SHAPES, GLU_ACTIVATIONS)]
+)
+def test_the_mlp_rows_state_each_activation_on_two_shapes(rows: tuple[Mapping[str, Any], ...], names: Any) -> None:
+    """Under a per_value plan an MLP's program is its shape and activation: each activation on two of the four
+    shapes; under a per_shape plan the four shapes alone, each drawn as often (and as before the rows stated one)."""
+    by_activation: dict[str, set[Any]] = {}
+    for r in rows:
+        by_activation.setdefault(r["activation"], set()).add((r["d"], r["h"], r["leading shape"]))
+    assert set(by_activation) == set(names)
+    assert all(len(s) >= 2 for s in by_activation.values()), by_activation
+    seen: list[Any] = []
+
+    def draw(strategy: st.SearchStrategy[Any], label: str = "") -> Any:
+        seen.extend(strategy.elements)  # type: ignore[attr-defined]
+        return seen[0]
+
+    with plan.planned("per_shape"):
+        plan.Dims(draw, rows, values=("activation",))
+    assert seen == [
+        {"d": 1, "h": 1, "leading shape": (1,)},
+        {"d": 5, "h": 11, "leading shape": (2, 3)},
+        {"d": 24, "h": 40, "leading shape": (1,)},
+        {"d": 16, "h": 7, "leading shape": (3,)},
+    ]

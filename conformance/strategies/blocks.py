@@ -41,7 +41,37 @@ ATTENTION_SHAPES = shapes(
     (2, 2, 2, 5, 5, 16, 3, (2, 4, 5), (3, 4), True, None, 1.0, 1, 6, 1e-5, 10000.0),
     (1, 2, 1, 6, 2, 3, 1, (4, 5, 6), (0, 4, 5), True, 50.0, None, 6, 9, 1e-6, 10000.0),
 )
-MLP_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 11, (2, 3)), (24, 40, (1,)), (16, 7, (3,)))
+#: the MLP's four shapes; under a ``per_value`` plan each row also states the activation (a program each for a
+#: compiler), each activation on two shapes (tests/test_shape_plan.py); a ``per_shape`` plan draws the four shapes
+#: alone (``Dims``' ``values``)
+_MLP_LABELS = ("d", "h", "leading shape", "activation")
+MLP_SHAPES = shapes(
+    _MLP_LABELS,
+    (1, 1, (1,), "relu"),
+    (1, 1, (1,), "gelu_sigmoid"),
+    (1, 1, (1,), "relu_squared"),
+    (5, 11, (2, 3), "gelu_erf"),
+    (5, 11, (2, 3), "gelu_tanh"),
+    (5, 11, (2, 3), "relu_squared"),
+    (24, 40, (1,), "relu"),
+    (24, 40, (1,), "gelu_sigmoid"),
+    (16, 7, (3,), "gelu_erf"),
+    (16, 7, (3,), "gelu_tanh"),
+)
+#: the GLU's: the same rows with SwiGLU's SiLU in place of the squared ReLU
+GLU_SHAPES = shapes(
+    _MLP_LABELS,
+    (1, 1, (1,), "relu"),
+    (1, 1, (1,), "gelu_sigmoid"),
+    (1, 1, (1,), "silu"),
+    (5, 11, (2, 3), "gelu_erf"),
+    (5, 11, (2, 3), "gelu_tanh"),
+    (5, 11, (2, 3), "silu"),
+    (24, 40, (1,), "relu"),
+    (24, 40, (1,), "gelu_sigmoid"),
+    (16, 7, (3,), "gelu_erf"),
+    (16, 7, (3,), "gelu_tanh"),
+)
 #: blocks: grouped KV heads two wide at head width 2 over two tokens (where inductor's symbolic shapes crash: docs/
 #: adapters.md, "torch"), one query head a KV head, three query heads on one KV head (MQA); the LM head. Under a
 #: ``per_value`` plan each shape also states the norms' ε (and a block its RoPE base)
@@ -180,8 +210,8 @@ def rope_attention_case(draw: st.DrawFn, dtype: Format, causal: bool | None = No
 def mlp_case(draw: st.DrawFn, dtype: Format, gated: bool, activations: tuple[str, ...] | None = None) -> Case:
     """An MLP (``gated``: a GLU) case with an activation among ``activations`` (default: all the contract names)."""
     names = activations or (GLU_ACTIVATIONS if gated else MLP_ACTIVATIONS)
-    dims = Dims(draw, MLP_SHAPES)
-    act = draw(sampled_from(names), label="activation")
+    dims = Dims(draw, GLU_SHAPES if gated else MLP_SHAPES, values=("activation",))
+    act = dims.value("activation", sampled_from(names), lambda a: a in names)
     d = dims("d", st.integers(1, 24))
     h = dims("h", st.integers(1, 40))
     lead = dims("leading shape", sampled_from([(1,), (3,), (2, 3)]))

@@ -77,10 +77,18 @@ def planned(on: bool | str = True) -> Iterator[None]:
 class Dims:
     """The shape labels of one strategy's draws: free draws, or the values of one shape of ``shapes`` (those
     that satisfy ``fits``), drawn once, labelled "planned shape", when the plan is on. ``draw`` is a composite
-    strategy's ``draw`` or a check's ``data.draw``."""
+    strategy's ``draw`` or a check's ``data.draw``.
+
+    ``values`` names the labels of structural values that rows of one shape differ in (an MLP's activation): under a
+    ``per_shape`` plan, which states no values, rows that differ only there are one shape, drawn as often as any
+    other, and the draws are those of a table without the ``values`` columns (each shape at its first row)."""
 
     def __init__(
-        self, draw: Callable[..., Any], shapes: Sequence[Shape], fits: Callable[[Shape], bool] | None = None
+        self,
+        draw: Callable[..., Any],
+        shapes: Sequence[Shape],
+        fits: Callable[[Shape], bool] | None = None,
+        values: Sequence[str] = (),
     ) -> None:
         self._draw = draw
         self._shape: Shape | None = None
@@ -88,6 +96,8 @@ class Dims:
             usable = [s for s in shapes if fits is None or fits(s)]
             if not usable:
                 raise ValueError(f"no planned shape fits this draw (of {list(shapes)})")
+            if values and not values_active():
+                usable = _distinct(usable, values)
             self._shape = draw(sampled_from(usable), label="planned shape")
 
     def __call__(self, label: str, free: st.SearchStrategy[T]) -> T:
@@ -112,6 +122,15 @@ class Dims:
                 value: T = stated
                 return value
         return self._draw(free, label=label)
+
+
+def _distinct(rows: Sequence[Shape], values: Sequence[str]) -> list[Shape]:
+    """The first row of each shape of ``rows``, the ``values`` labels left out of it."""
+    seen: dict[str, Shape] = {}
+    for row in rows:
+        shape = {k: v for k, v in row.items() if k not in values}
+        seen.setdefault(repr(sorted(shape.items())), shape)
+    return list(seen.values())
 
 
 def shapes(labels: Sequence[str], *rows: tuple[Any, ...]) -> tuple[Shape, ...]:
