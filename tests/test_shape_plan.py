@@ -28,6 +28,7 @@ from transformer_conformance.conformance.strategies import (
     mrope,
     plan,
     positions,
+    sizes,
 )
 from transformer_conformance.conformance.strategies.common import Case
 from transformer_conformance.reference.formats import fmt
@@ -366,3 +367,30 @@ def test_the_mlp_rows_state_each_activation_on_two_shapes(rows: tuple[Mapping[st
         {"d": 24, "h": 40, "leading shape": (1,)},
         {"d": 16, "h": 7, "leading shape": (3,)},
     ]
+
+
+def _heads(on: bool, n: int = 40) -> list[int]:
+    """The head counts ALiBi's slopes check draws, in order, without or under a plan."""
+    seen: list[int] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(h=positions.alibi_heads())
+    def collect(h: int) -> None:
+        seen.append(h)
+
+    with plan.planned(on):
+        collect()
+    return seen
+
+
+def test_alibi_slopes_are_checked_at_both_rules_head_counts_under_a_plan() -> None:
+    """ALiBi's slopes are a function of the head count alone, a program per head count for a candidate that builds
+    its slopes from it: under a plan the check draws the stated head counts (both rules, one head and the regime's
+    64, the same as the planned shapes'), each once; free, every head count of HEADS."""
+    stated = {r["H"] for r in positions.ALIBI_HEAD_COUNTS}
+    planned = _heads(True)
+    assert sorted(planned) == sorted(stated), planned
+    assert {r["H"] for r in positions.ALIBI_SHAPES} | {sizes.ALIBI[0]} | {1} <= stated
+    powers = {h for h in stated if h & (h - 1) == 0}
+    assert len(powers) >= 3 and len(stated - powers) >= 3, stated
+    assert sorted(_heads(False, 20)) == [*range(1, 17), 20, 24, 40, 64]

@@ -88,3 +88,11 @@ def test_an_error_of_the_compiled_code_is_raised_by_each_call() -> None:
             adapter.forward("rms_norm", {"x": bad, "weight": w}, {"eps": 1e-5})
     np.testing.assert_array_equal(adapter.forward("rms_norm", {"x": x, "weight": w}, {"eps": 1e-5}), x * w)
     assert compiles and not adapter._failed
+
+
+def test_alibi_is_planned_by_head_count() -> None:
+    """ALiBi, compiled with unbacked sizes, still builds a graph per head count (its slopes are Python numbers of it):
+    declared per_shape, so its checks draw the planned head counts; the other unbacked operations need no plan."""
+    caps = TorchCompileAdapter().capabilities
+    assert caps["alibi"].compiles == "per_shape"
+    assert {op for op in UNBACKED_OPS if caps[op].compiles != "no"} == {"alibi"}

@@ -257,7 +257,7 @@ def test_alibi_gradient(adapter: Adapter, dtype: Format, record: Record, data: s
     SLOPES,
     op="alibi",
 )
-@given(h=pst.HEADS)
+@given(h=pst.alibi_heads())
 def test_alibi_slopes(adapter: Adapter, dtype: Format, record: Record, h: int) -> None:
     scores = np.zeros((1, h, 1, 2), dtype=dtype.np_dtype)
     inputs = {"scores": scores, "q_positions": np.array([1]), "k_positions": np.array([0, 1])}

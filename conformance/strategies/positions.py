@@ -29,6 +29,10 @@ HEADS = st.one_of(st.integers(1, 16), sampled_from([20, 24, 40, 64]))
 SINUSOIDAL_SHAPES = shapes(("d/2", "T", "batch"), (3, 5, 2), (32, 6, 1), (256, 2, 1))
 LEARNED_SHAPES = shapes(("L", "d", "T"), (7, 5, 12), (512, 48, 3), (2048, 16, 9))
 ALIBI_SHAPES = shapes(("H", "Tq", "Tk", "batch"), (5, 3, 6, 1), (8, 1, 4, 2), (24, 5, 5, 1))
+#: the head counts ALiBi's slopes are checked at under a plan: one head, powers of two (the geometric rule: 8 and the
+#: regime's 64) and others (the interpolated rule: 3, 5 and 24, with one, one and eight interpolated slopes); the
+#: shapes above and the regime have the same head counts, so a candidate that compiles per head count builds no other
+ALIBI_HEAD_COUNTS = shapes(("H",), (1,), (3,), (5,), (8,), (24,), (64,))
 #: RoPE scaling: under a ``per_value`` plan each shape also states the base and the rule's numbers (a fractional factor
 #: and a short trained length, Llama 3.1's bands at 8k, a factor of 32 at 128k), the rule's kind drawn freely
 _RULE_LABELS = ("factor", "trained length", "beta_fast", "beta_slow", "low, high factors", "factor lists seed")
@@ -85,6 +89,13 @@ def alibi_case(draw: st.DrawFn, dtype: Format) -> Case:
         {},
         {"seed": seed},
     )
+
+
+@st.composite
+def alibi_heads(draw: st.DrawFn) -> int:
+    """A head count for ALiBi's slopes: any of :data:`HEADS` (every one of them over a ``ci`` run), or under a plan
+    one of :data:`ALIBI_HEAD_COUNTS`."""
+    return int(Dims(draw, ALIBI_HEAD_COUNTS)("H", HEADS))
 
 
 @st.composite
