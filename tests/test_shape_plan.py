@@ -39,7 +39,7 @@ F32 = fmt("float32")
 #: each case strategy, and how many shapes its plan allows (the planned shapes that fit its options)
 STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] = {
     "norm": (lambda: common.norm_case(F32, with_bias=True), 4),
-    "rope": (lambda: common.rope_case(F32), 4),
+    "rope": (lambda: common.rope_case(F32), 5),
     "swiglu": (lambda: common.swiglu_case(F32), 4),
     "logits": (lambda: common.logits_case(F32, with_targets=True), 4),
     "attention": (lambda: blocks.attention_case(F32), 4),
@@ -151,6 +151,7 @@ VALUE_STRATEGIES: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], int]] =
     "mla (one form)": (lambda: mla.mla_case(F32, ("naive",)), 3),
     "block (one placement)": (lambda: blocks.block_case(F32, placement="pre"), 3),
     "lm head": (lambda: blocks.lm_head_case(F32), 3),
+    "rope": (lambda: common.rope_case(F32), 5),
     "rope scaled (one kind a shape)": (lambda: positions.rope_scaled_case(F32, ("yarn",)), 3),
     "rope scaled, llama3": (lambda: positions.rope_scaled_case(F32, ("llama3",)), 3),
     "mrope (one stream layout)": (lambda: mrope.mrope_case(F32, ("sections",)), 3),

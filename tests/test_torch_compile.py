@@ -90,9 +90,12 @@ def test_an_error_of_the_compiled_code_is_raised_by_each_call() -> None:
     assert compiles and not adapter._failed
 
 
-def test_alibi_is_planned_by_head_count() -> None:
-    """ALiBi, compiled with unbacked sizes, still builds a graph per head count (its slopes are Python numbers of it):
-    declared per_shape, so its checks draw the planned head counts; the other unbacked operations need no plan."""
+def test_alibi_and_rope_are_planned_by_the_values_they_compile_for() -> None:
+    """ALiBi, compiled with unbacked sizes, still builds a graph per head count (its slopes are Python numbers of it),
+    RoPE one per base and rotary width: declared per_shape and per_value, so their checks draw the planned head counts,
+    and the planned shapes with their bases; the other unbacked operations need no plan."""
     caps = TorchCompileAdapter().capabilities
-    assert caps["alibi"].compiles == "per_shape"
-    assert {op for op in UNBACKED_OPS if caps[op].compiles != "no"} == {"alibi"}
+    assert {op: caps[op].compiles for op in UNBACKED_OPS if caps[op].compiles != "no"} == {
+        "alibi": "per_shape",
+        "rope": "per_value",
+    }

@@ -40,9 +40,10 @@ What still compiles anew is each dtype, rank, and value of a parameter that the 
 an operator takes as a Python number (``eps`` of ``F.rms_norm``, ``causal``, ``softcap``, the RoPE base
 and rotary width, the activation's name). So the operations compiled with backed sizes are declared
 ``compiles="per_value"``: their checks draw each planned shape with the structural values its row states
-(conformance/strategies/plan.py), one graph per row and dtype rather than one per combination drawn. ALiBi, compiled
-with unbacked sizes, still builds a graph per head count (its slopes are Python numbers computed from it): it is
-declared ``compiles="per_shape"``, and its checks, its slopes check included, draw the planned head counts.
+(conformance/strategies/plan.py), one graph per row and dtype rather than one per combination drawn. Two operations
+compiled with unbacked sizes still build a graph per value (:data:`PLANNED_UNBACKED`): ALiBi per head count (its
+slopes are Python numbers computed from it), declared ``compiles="per_shape"``, its checks, the slopes check
+included, drawing the planned head counts; and RoPE per base and rotary width, declared ``compiles="per_value"``.
 """
 
 from __future__ import annotations
@@ -109,22 +110,22 @@ def raised_compiling(error: BaseException) -> bool:
 #: the integer rules: plain Python, nothing compiled
 INTEGER_RULES = frozenset({"swiglu_hidden_dim", "param_count", "ffn_hidden_dim"})
 
-#: Operations of :data:`UNBACKED_OPS` that still build a graph per size of one dimension: ALiBi's slopes are Python
-#: numbers computed from the head count (the geometric rule for a power of two, the interpolated one otherwise), so
-#: each head count is a graph of its own (21 a dtype over the free draws of a ``ci`` run: every head count of the
-#: slopes check's)
-PER_HEAD_COUNT = frozenset({"alibi"})
+#: Operations of :data:`UNBACKED_OPS` that still build a graph per value, and the plan their checks draw from. ALiBi:
+#: a graph per head count, as its slopes are Python numbers computed from it (21 a dtype over the free draws of a
+#: ``ci`` run, every head count of the slopes check's): "per_shape". RoPE: a graph per base (dynamo specialises the
+#: Python float) and per rotary width None, 2 or wider (11–12 a dtype): "per_value", each planned shape with its base
+PLANNED_UNBACKED: dict[str, Compiles] = {"alibi": "per_shape", "rope": "per_value"}
 
 
 def _compiles(op: str) -> Compiles:
-    """An operation compiled with unbacked sizes is one graph per rank and dtype ("no" plan), or per head count
-    (:data:`PER_HEAD_COUNT`: "per_shape", its checks draw their shapes from the plan); any other one a graph per
-    shape (backed sizes) and per value of a structural parameter dynamo guards on (causal, a soft-cap or scale of
-    None or not, an ε, the code's branches): "per_value", its checks draw both from the plan."""
+    """An operation compiled with unbacked sizes is one graph per rank and dtype ("no" plan), unless it still builds
+    one per value (:data:`PLANNED_UNBACKED`); any other one a graph per shape (backed sizes) and per value of a
+    structural parameter dynamo guards on (causal, a soft-cap or scale of None or not, an ε, the code's branches):
+    "per_value", its checks draw both from the plan."""
     if op in INTEGER_RULES:
         return "no"
     if UNBACKED_SIZES and op in UNBACKED_OPS:
-        return "per_shape" if op in PER_HEAD_COUNT else "no"
+        return PLANNED_UNBACKED.get(op, "no")
     return "per_value"
 
 

@@ -77,10 +77,16 @@ def near_overflow(dtype: Format) -> float:
 
 #: The planned shapes (conformance/strategies/plan.py) of the cases below: one element (where compilers and kernels
 #: take other paths: jax's one-element bfloat16 dot fails to compile), an odd width (a vectorised loop's tail), one
-#: short of a power of two, and a long row
+#: short of a power of two, and a long row. RoPE's: the whole head rotated, or a part of it (32 of 64, and the one pair
+#: of 2, where a compiler specialises the width), each row also stating its base (read under a ``per_value`` plan)
 NORM_SHAPES = shapes(("rows", "n"), (1, 1), (2, 7), (3, 127), (1, 4096))
 ROPE_SHAPES = shapes(
-    ("d/2", "rotary_dim", "T", "heads"), (1, None, 1, 1), (3, None, 5, 2), (32, 32, 6, 1), (64, None, 3, 3)
+    ("d/2", "rotary_dim", "T", "heads", "base"),
+    (1, None, 1, 1, 10000.0),
+    (3, None, 5, 2, 500000.0),
+    (32, 32, 6, 1, 100.0),
+    (64, None, 3, 3, 10000.0),
+    (4, 2, 2, 2, 10000.0),
 )
 SWIGLU_SHAPES = shapes(("d", "h", "leading shape"), (1, 1, (1,)), (5, 13, (2, 3)), (16, 43, (1,)), (40, 72, (3,)))
 LOGITS_SHAPES = shapes(("tokens", "vocab"), (1, 2), (3, 7), (2, 255), (4, 4099))
@@ -141,7 +147,7 @@ def rope_case(draw: st.DrawFn, dtype: Format) -> Case:
     t = dims("T", st.integers(1, 6))
     heads = dims("heads", st.integers(1, 3))
     seed = draw(seeds, label="seed")
-    base = draw(sampled_from([10000.0, 10000.0, 500000.0, 100.0]), label="base")
+    base = dims.value("base", sampled_from([10000.0, 10000.0, 500000.0, 100.0]))
     x = fill(dtype, (heads, t, d), draw(magnitudes(-4, 4), label="|x|"), seed)
     pos = draw(positions(t, long_positions(dtype)))
     return Case({"x": x, "positions": pos}, {"base": base, "rotary_dim": rotary_dim}, {"seed": seed})
