@@ -394,4 +394,4 @@ def test_alibi_slopes_are_checked_at_both_rules_head_counts_under_a_plan() -> No
     assert {r["H"] for r in positions.ALIBI_SHAPES} | {sizes.ALIBI[0]} | {1} <= stated
     powers = {h for h in stated if h & (h - 1) == 0}
     assert len(powers) >= 3 and len(stated - powers) >= 3, stated
-    assert sorted(_heads(False, 20)) == [*range(1, 17), 20, 24, 40, 64]
+    assert set(_heads(False)) == {*range(1, 17), 20, 24, 40, 64}

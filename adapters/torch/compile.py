@@ -113,7 +113,7 @@ INTEGER_RULES = frozenset({"swiglu_hidden_dim", "param_count", "ffn_hidden_dim"}
 #: Operations of :data:`UNBACKED_OPS` that still build a graph per value, and the plan their checks draw from. ALiBi:
 #: a graph per head count, as its slopes are Python numbers computed from it (21 a dtype over the free draws of a
 #: ``ci`` run, every head count of the slopes check's): "per_shape". RoPE: a graph per base (dynamo specialises the
-#: Python float) and per rotary width None, 2 or wider (11–12 a dtype): "per_value", each planned shape with its base
+#: Python float) and per rotary width None, 2 or wider (9–12 a dtype): "per_value", each planned shape with its base
 PLANNED_UNBACKED: dict[str, Compiles] = {"alibi": "per_shape", "rope": "per_value"}
 
 
