@@ -113,23 +113,29 @@ def known_names() -> list[str]:
     return sorted(set(BUILTIN) | set(_plugins()))
 
 
+def resolve(spec: str) -> str:
+    """The ``package.module:attr`` an adapter spec names, importing nothing: a built-in or plugin name resolved, or
+    the spec itself; an unknown name (no ``:``) is refused with the names there are."""
+    target = BUILTIN.get(spec) or _plugins().get(spec)
+    if target is not None:
+        return target
+    if ":" not in spec:
+        plugins = sorted(_plugins())
+        installed = f"; installed plugins: {', '.join(plugins)}" if plugins else ""
+        raise AdapterLoadError(
+            f"unknown adapter {spec!r}; built-in adapters: {', '.join(sorted(BUILTIN))}{installed}; "
+            "or give package.module:attr"
+        )
+    return spec
+
+
 def load_adapter(spec: str, device: str = "cpu") -> Adapter:
     """Build the adapter named by ``spec``: a built-in or plugin name, or ``package.module:attr``.
 
     ``attr`` may be an adapter object, or a class or function returning one (called with ``device=``
     when it accepts that keyword).
     """
-    target = BUILTIN.get(spec) or _plugins().get(spec)
-    if target is None:
-        if ":" not in spec:
-            plugins = sorted(_plugins())
-            installed = f"; installed plugins: {', '.join(plugins)}" if plugins else ""
-            raise AdapterLoadError(
-                f"unknown adapter {spec!r}; built-in adapters: {', '.join(sorted(BUILTIN))}{installed}; "
-                "or give package.module:attr"
-            )
-        target = spec
-    module_name, _, attr = target.partition(":")
+    module_name, _, attr = resolve(spec).partition(":")
     try:
         module = importlib.import_module(module_name)
     except ContractError as exc:  # a release the adapter does not support (adapters/versions.py): its own line

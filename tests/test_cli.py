@@ -3,6 +3,9 @@ verdicts in a complete report, never the end of the run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +57,31 @@ def _usage_error(tmp_path: Path, *args: str) -> str:
 def test_bad_option_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
     """Each malformed option stops the run with exit 4 and one line naming the problem."""
     assert expected in _usage_error(tmp_path, *args)
+
+
+#: a run refused for a mistyped adapter name, in a fresh interpreter: its exit status and whether torch was imported
+TYPO_RUN = """
+import sys
+from transformer_conformance.conformance.runner.cli import main
+status = main(["--adapter", "numpy,torhc", "--report-dir", sys.argv[1], "test_rmsnorm.py"])
+print(status, "torch" in sys.modules)
+"""
+
+
+def test_mistyped_adapter_is_refused_before_any_library_is_imported(tmp_path: Path) -> None:
+    """An unknown adapter name is a usage error before the run imports anything for its adapters (torch, which
+    the Triton interpreter's switch imports where triton is installed, takes seconds)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # as on a machine where no run set it
+    run = subprocess.run(
+        [sys.executable, "-c", TYPO_RUN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert run.stdout.split()[-2:] == ["4", "False"], run.stdout[-1500:] + run.stderr[-1500:]
+    assert "unknown adapter 'torhc'" in run.stderr
 
 
 def test_unwritable_report_dir(tmp_path: Path) -> None:

@@ -20,7 +20,14 @@ from hypothesis import settings
 from hypothesis.errors import HypothesisException
 
 from transformer_conformance.adapters.contract import AUTOCAST, Adapter, regime_dtype
-from transformer_conformance.adapters.registry import DEFAULT, AdapterLoadError, expand, import_path, load_adapter
+from transformer_conformance.adapters.registry import (
+    DEFAULT,
+    AdapterLoadError,
+    expand,
+    import_path,
+    load_adapter,
+    resolve,
+)
 from transformer_conformance.adapters.triton.env import interpret_triton_without_cuda
 from transformer_conformance.conformance.harness import autocast, compare, reach
 from transformer_conformance.conformance.harness.compare import CheckFailure, Record
@@ -156,6 +163,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if b not in BEHAVIOURS:
             raise pytest.UsageError(f"unknown behaviour {b!r}; expected one of {', '.join(BEHAVIOURS)}")
     specs = expand(config.getoption("adapter")) or list(DEFAULT)
+    for spec in specs:  # a mistyped name refused before anything is imported for the run
+        try:
+            resolve(spec)
+        except AdapterLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
     interpret_triton_without_cuda()  # before any adapter's library imports triton (adapters/triton/env.py)
     adapters: list[Adapter] = []
     for spec in specs:
