@@ -68,7 +68,7 @@ print(status, "torch" in sys.modules)
 """
 
 
-def test_mistyped_adapter_is_refused_before_any_library_is_imported(tmp_path: Path) -> None:
+def test_mistyped_adapter_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
     """An unknown adapter name is a usage error before the run imports anything for its adapters (torch, which
     the Triton interpreter's switch imports where triton is installed, takes seconds)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # as on a machine where no run set it
