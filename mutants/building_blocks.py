@@ -377,3 +377,60 @@ class EmbeddingSortedPathDropsRepeats(torch.autograd.Function):
         else:
             grad.index_add_(0, flat, rows)
         return grad, None, None
+
+
+def last_bit_up(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` whose first element is one unit in the last place larger in magnitude (its bits + 1)."""
+    out = t.detach().clone()
+    if out.numel():
+        flat = out.view(-1).view({2: torch.int16, 4: torch.int32, 8: torch.int64}[out.element_size()])
+        flat[0] += 1
+    return out
+
+
+class LastBitUp(torch.autograd.Function):
+    """:func:`last_bit_up` in the forward; the gradient passed through as it is."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> Any:
+        return last_bit_up(t)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        return g
+
+
+class GradLastBitUp(torch.autograd.Function):
+    """The identity whose backward hands on the gradient with :func:`last_bit_up`."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> Any:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        return last_bit_up(g)
+
+
+class GradThroughBfloat16(torch.autograd.Function):
+    """The identity whose backward hands on the gradient rounded to bfloat16 (a gradient buffer kept in bfloat16)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> Any:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        return g.to(torch.bfloat16).to(g.dtype)
+
+
+class CapStraightThrough(torch.autograd.Function):
+    """The soft-cap c·tanh(u/c) whose backward takes its derivative as 1 (the gradient passed straight through)."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, cap: float) -> Any:
+        return cap * torch.tanh(u / cap)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        return g, None

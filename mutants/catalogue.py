@@ -1,8 +1,8 @@
 """The mutant catalogue: realistic defective implementations the conformance suite must reject.
 
 Each mutant is the built-in torch adapter (``adapters/torch/adapter.py``) with exactly one thing wrong:
-one entry of its ``impl`` table replaced, its hidden-width rule replaced, or one declared convention
-that the code does not follow. The defects are the ones real implementations make: the seeds' own
+one entry of its ``impl`` table replaced, its hidden-width rule or its parameter count replaced, or one
+declared convention that the code does not follow. The defects are the ones real implementations make: the seeds' own
 warnings (a bias re-introduced into RMSNorm, ε placement, d_ff sizing) and the families found in model
 code and kernels (RoPE pair layouts and partial rotary, positions and angles in low precision, where a
 low-precision norm rounds, z-loss conventions, hand-written backwards).
@@ -27,8 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from mutants.building_blocks import (
+    CapStraightThrough,
     CrossEntropyFusedBackward,
     EmbeddingSortedPathDropsRepeats,
+    GradLastBitUp,
+    GradThroughBfloat16,
+    LastBitUp,
     LinearCrossEntropyFused,
     RmsNormBlockPathWeightGrad,
     RmsNormGradIntoCotangent,
@@ -49,7 +53,12 @@ from transformer_conformance.adapters.torch import local_attention as torch_loca
 from transformer_conformance.adapters.torch import mla as torch_mla
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ACTIVATIONS, rope_float32
-from transformer_conformance.adapters.torch.positions import alibi_slopes, mrope_torch, rope_scaled_inv_freq
+from transformer_conformance.adapters.torch.positions import (
+    alibi_slopes,
+    llama_param_count,
+    mrope_torch,
+    rope_scaled_inv_freq,
+)
 from transformer_conformance.adapters.torch.tensors import rope_torch
 
 #: Behaviours the conformance suite checks, and the module holding each one's checks.
@@ -78,6 +87,9 @@ BEHAVIOURS: dict[str, str] = {
     "blocks": "test_blocks.py",
     "learned": "test_positions.py",
     "alibi": "test_positions.py",
+    "sinusoidal": "test_positions.py",
+    "softcap_z_loss": "test_loss_reductions.py",
+    "accounting": "test_accounting.py",
     "integrity": "test_integrity.py",
 }
 
@@ -86,13 +98,15 @@ T = torch.Tensor
 
 
 class MutantAdapter(TorchAdapter):
-    """The torch adapter, open to one defect: ``impl`` entries, ``hidden_dim``, ``ffn_width`` or ``conventions``."""
+    """The torch adapter, open to one defect: ``impl`` entries, ``hidden_dim``, ``ffn_width``, ``param_count`` or
+    ``conventions``."""
 
     def __init__(self, name: str, device: str = "cpu") -> None:
         super().__init__(device)
         self.name = name  # type: ignore[misc]
         self.hidden_dim: Callable[..., int] = llama_hidden_dim
         self.ffn_width: Callable[..., int] = torch_blocks.ffn_hidden_dim
+        self.param_count: Callable[..., int] = llama_param_count
 
     def declare(self, **changes: Any) -> None:
         """Replace declared conventions (the code stays as it is)."""
@@ -103,6 +117,8 @@ class MutantAdapter(TorchAdapter):
             return np.asarray(self.hidden_dim(**params))
         if op == "ffn_hidden_dim":
             return np.asarray(self.ffn_width(**params))
+        if op == "param_count":
+            return np.asarray(self.param_count(**params))
         return super().forward(op, inputs, params)
 
 
@@ -1455,6 +1471,184 @@ def alibi_tile_offset_dropped(a: MutantAdapter) -> None:
         return (scores.float() - slopes[:, None, None] * dist).to(scores.dtype)
 
     a.impl["alibi"] = alibi
+
+
+# ---------------------------------------------------------------------------------------- sinusoidal positions
+
+
+def _sinusoid_angles(x: T, positions: T, base: float) -> T:
+    """pos·ω_i in float32, ω_i = base^(−2i/d), i = 0 … d/2 − 1 (as the torch adapter forms them)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.int64).float() / d))
+    return positions.float()[:, None] * inv_freq[None, :]
+
+
+@mutant(
+    "sinusoidal",
+    "sinusoidal/worked-example",
+    "the sines and cosines in two halves, [sin(pos·ω) | cos(pos·ω)] (tensor2tensor's and fairseq's layout), where the "
+    "seed interleaves them: PE(pos, 2i) = sin, PE(pos, 2i+1) = cos",
+)
+def sine_halves_concatenated(a: MutantAdapter) -> None:
+    def sinusoidal_positions(x: T, positions: T, base: float = 10000.0) -> T:
+        angles = _sinusoid_angles(x, positions, base)
+        return (x.float() + torch.cat((angles.sin(), angles.cos()), dim=-1)).to(x.dtype)
+
+    a.impl["sinusoidal_positions"] = sinusoidal_positions
+
+
+@mutant(
+    "sinusoidal",
+    "sinusoidal/gradient",
+    "a hand-written backward that hands ∂L/∂x on through a bfloat16 buffer (right forward; the gradient rounded)",
+)
+def sine_grad_through_bfloat16(a: MutantAdapter) -> None:
+    def sinusoidal_positions(x: T, positions: T, base: float = 10000.0) -> T:
+        angles = _sinusoid_angles(x, positions, base)
+        pe = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+        return (GradThroughBfloat16.apply(x).float() + pe).to(x.dtype)
+
+    a.impl["sinusoidal_positions"] = sinusoidal_positions
+
+
+# ---------------------------------------------------------------------------------------------- soft-capped z-loss
+
+
+def _softcap_z(capped: T, alpha: float, dtype: torch.dtype) -> T:
+    return (alpha * torch.logsumexp(capped, dim=-1) ** 2).to(dtype)
+
+
+@mutant("softcap_z_loss", "softcap_z_loss/value", "the cap's tanh without its scale: c·tanh(u), not c·tanh(u/c)")
+def softcap_tanh_unscaled(a: MutantAdapter) -> None:
+    a.impl["softcap_z_loss"] = lambda logits, alpha=1e-4, cap=30.0: _softcap_z(
+        cap * torch.tanh(logits.float()), alpha, logits.dtype
+    )
+
+
+@mutant(
+    "softcap_z_loss",
+    "softcap_z_loss/bounded",
+    "the cap left out of the z-loss (a trainer that caps the logits its cross-entropy sees and takes z from the raw "
+    "ones): unbounded once logits pass the cap",
+)
+def softcap_z_uncapped(a: MutantAdapter) -> None:
+    a.impl["softcap_z_loss"] = lambda logits, alpha=1e-4, cap=30.0: _softcap_z(logits.float(), alpha, logits.dtype)
+
+
+@mutant(
+    "softcap_z_loss",
+    "softcap_z_loss/gradient",
+    "a hand-written backward that passes the gradient straight through the cap, its derivative 1 − tanh²(u/c) "
+    "taken as 1",
+)
+def softcap_grad_straight_through(a: MutantAdapter) -> None:
+    a.impl["softcap_z_loss"] = lambda logits, alpha=1e-4, cap=30.0: _softcap_z(
+        CapStraightThrough.apply(logits.float(), cap), alpha, logits.dtype
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- accounting
+
+
+@mutant(
+    "accounting",
+    "accounting/gqa-70b",
+    "W_K and W_V sized d × d whatever the KV heads (grouped-query attention ignored in the count)",
+)
+def params_kv_heads_ignored(a: MutantAdapter) -> None:
+    a.param_count = lambda **cfg: llama_param_count(**dict(cfg, kv_heads=None))
+
+
+@mutant(
+    "accounting",
+    "accounting/param-count",
+    "a tied head counted twice (a count over the state dict, which lists the shared matrix under both names)",
+)
+def params_tied_head_counted_twice(a: MutantAdapter) -> None:
+    a.param_count = lambda **cfg: llama_param_count(**dict(cfg, tied=False))
+
+
+@mutant(
+    "accounting",
+    "accounting/seed-7b",
+    "the norms left out (a count of the weight matrices only: L·(4d² + 3·d·d_ff) + the embedding and head)",
+)
+def params_norms_not_counted(a: MutantAdapter) -> None:
+    a.param_count = lambda **cfg: llama_param_count(**cfg) - (2 * cfg["layers"] + 1) * cfg["hidden"]
+
+
+# ---------------------------------------------------------------------------- answers not the same bits twice
+# One per operation: its answers (forward, and the gradients of its inputs) one unit in the last place apart at
+# every other identical call, as a kernel gives whose reductions take an order picked at run time (atomic adds)
+# and that does not declare the operation nondeterministic. Only the integrity checks compare two calls' bits.
+
+#: every operation with integrity checks (rms-reduction-order-per-call's gradients differ only where the sums'
+#: rotation happens to change their bits)
+BITS_PER_CALL_OPS = (
+    "rms_norm",
+    "layer_norm",
+    "rope",
+    "swiglu_mlp",
+    "cross_entropy",
+    "z_loss",
+    "cross_entropy_mean",
+    "softcap_z_loss",
+    "linear_cross_entropy",
+    "z_loss_mean",
+    "attention",
+    "sliding_window_attention",
+    "chunked_attention",
+    "sink_attention",
+    "attention_temperature",
+    "moe_router",
+    "moe_aux_loss",
+    "moe_z_loss",
+    "mrope",
+    "mla_attention",
+    "mlp",
+    "glu_mlp",
+    "block",
+    "lm_head",
+    "learned_positions",
+    "alibi",
+)
+
+
+def _float_tensors_up(out: Any) -> Any:
+    """``out`` (a tensor or a tuple of them) with each floating tensor's first element one unit in the last place
+    larger in magnitude."""
+    if isinstance(out, tuple):
+        return tuple(_float_tensors_up(o) for o in out)
+    return LastBitUp.apply(out) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+def _bits_per_call(op: str) -> Defect:
+    def apply(a: MutantAdapter) -> None:
+        right = a.impl[op]
+        calls = itertools.count()
+
+        def nondeterministic(**kw: Any) -> Any:
+            if next(calls) % 2 == 0:
+                return right(**kw)
+            leaves = {
+                k: GradLastBitUp.apply(v) if isinstance(v, torch.Tensor) and v.requires_grad else v
+                for k, v in kw.items()
+            }
+            return _float_tensors_up(right(**leaves))
+
+        a.impl[op] = nondeterministic
+
+    apply.__name__ = f"{op}_bits_per_call"
+    return apply
+
+
+for _op in BITS_PER_CALL_OPS:
+    globals()[f"{_op}_bits_per_call"] = mutant(
+        "integrity",
+        f"integrity/{_op}",
+        f"{_op}'s answers and gradients one unit in the last place apart at every other identical call (reductions "
+        "in an order picked at run time), not declared nondeterministic",
+    )(_bits_per_call(_op))
 
 
 # -------------------------------------------------- checks the small cases hold: GQA order, ALiBi slopes, GELU form

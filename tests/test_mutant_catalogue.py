@@ -7,14 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from mutants.catalogue import BEHAVIOURS, CATALOGUE, Mutant
+from mutants.catalogue import BEHAVIOURS, BITS_PER_CALL_OPS, CATALOGUE, Mutant
 from transformer_conformance.adapters.contract import Adapter
 from transformer_conformance.adapters.registry import load_adapter
 from transformer_conformance.adapters.torch.adapter import TorchAdapter, llama_hidden_dim
 from transformer_conformance.adapters.torch.blocks import ffn_hidden_dim
+from transformer_conformance.adapters.torch.positions import llama_param_count
 from transformer_conformance.conformance.checks import test_integrity as integrity_checks
+from transformer_conformance.conformance.harness import marks
 
 ROOT = Path(__file__).resolve().parent.parent
+#: configurations a parameter count is compared on: grouped KV heads or not, tied or not, layers or none
+COUNTED = [
+    {"vocab": 50, "hidden": 8, "intermediate": 12, "layers": layers, "heads": 4, "kv_heads": kv, "tied": tied}
+    for layers in (0, 2)
+    for kv in (None, 2)
+    for tied in (False, True)
+]
 
 
 def _check_ids() -> dict[str, str]:
@@ -32,8 +41,15 @@ def _check_ids() -> dict[str, str]:
 def test_catalogue_size_and_coverage() -> None:
     assert len(CATALOGUE) >= 40
     assert {m.behaviour for m in CATALOGUE} == set(BEHAVIOURS)
+    missing = set(marks.BEHAVIOURS) - set(BEHAVIOURS)
+    assert not missing, f"behaviours without a mutant: {sorted(missing)}, should be none (each check shown to fail)"
     for path in set(BEHAVIOURS.values()):
         assert (ROOT / "conformance" / "checks" / path).is_file(), path
+
+
+def test_every_operations_integrity_checks_have_a_mutant() -> None:
+    """Each operation's integrity checks are shown to fail: a mutant whose answers differ between identical calls."""
+    assert sorted(BITS_PER_CALL_OPS) == sorted(integrity_checks.CASES)
 
 
 def test_names_unique() -> None:
@@ -57,7 +73,8 @@ def test_loads_as_an_adapter(m: Mutant) -> None:
 
 
 def test_each_is_one_change_from_the_correct_adapter() -> None:
-    """A mutant changes exactly one thing: one operation, a hidden-width rule, or the declared conventions."""
+    """A mutant changes exactly one thing: one operation, a hidden-width rule, the parameter count, or the declared
+    conventions."""
     correct = TorchAdapter()
     for m in CATALOGUE:
         a = m()
@@ -69,6 +86,8 @@ def test_each_is_one_change_from_the_correct_adapter() -> None:
         widths = [(d, r, g, k) for d in range(1, 300, 7) for r in (1, 2.5, 4) for g in (True, False) for k in (1, 64)]
         if any(a.ffn_width(*w) != ffn_hidden_dim(*w) for w in widths):
             changes.append("ffn_hidden_dim")
+        if any(a.param_count(**c) != llama_param_count(**c) for c in COUNTED):
+            changes.append("param_count")
         assert len(changes) == 1, f"{m.name}: {changes}"
 
 
