@@ -2,10 +2,10 @@
 
 Each mutant is the built-in torch adapter (``adapters/torch/adapter.py``) with exactly one thing wrong:
 one entry of its ``impl`` table replaced, its hidden-width rule or its parameter count replaced, or one
-declared convention that the code does not follow. The defects are the ones real implementations make: the seeds' own
-warnings (a bias re-introduced into RMSNorm, ε placement, d_ff sizing) and the families found in model
-code and kernels (RoPE pair layouts and partial rotary, positions and angles in low precision, where a
-low-precision norm rounds, z-loss conventions, hand-written backwards).
+declared convention that the code does not follow. The defects are the ones real implementations make:
+the seeds' own warnings (a bias re-introduced into RMSNorm, ε placement, d_ff sizing) and the families
+found in model code and kernels (RoPE pair layouts and partial rotary, positions and angles in low
+precision, where a low-precision norm rounds, z-loss conventions, hand-written backwards).
 
 Every mutant loads as an adapter: ``--adapter mutants.catalogue:<attribute>`` (the attribute is the
 mutant's name with ``-`` spelled ``_``). ``mutants/run.py`` runs the suite against all of them.
@@ -1571,7 +1571,7 @@ def params_tied_head_counted_twice(a: MutantAdapter) -> None:
 @mutant(
     "accounting",
     "accounting/seed-7b",
-    "the norms left out (a count of the weight matrices only: L·(4d² + 3·d·d_ff) + the embedding and head)",
+    "the norms left out (a count of the weight matrices only: attention, MLP, the embedding and the head)",
 )
 def params_norms_not_counted(a: MutantAdapter) -> None:
     a.param_count = lambda **cfg: llama_param_count(**cfg) - (2 * cfg["layers"] + 1) * cfg["hidden"]
