@@ -381,7 +381,7 @@ class EmbeddingSortedPathDropsRepeats(torch.autograd.Function):
 
 def last_bit_up(t: torch.Tensor) -> torch.Tensor:
     """A copy of ``t`` whose first element is one unit in the last place larger in magnitude (its bits + 1)."""
-    out = t.detach().clone()
+    out = t.detach().clone(memory_format=torch.contiguous_format)  # a flat view of it exists whatever t's strides
     if out.numel():
         flat = out.view(-1).view({2: torch.int16, 4: torch.int32, 8: torch.int64}[out.element_size()])
         flat[0] += 1
