@@ -5,6 +5,7 @@ whose partial sums round to the input dtype, and autograd functions with a delib
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -400,28 +401,22 @@ class LastBitUp(torch.autograd.Function):
         return g
 
 
-class GradLastBitUp(torch.autograd.Function):
-    """The identity whose backward hands on the gradient with :func:`last_bit_up`."""
+class GradMapped(torch.autograd.Function):
+    """The identity whose backward hands on ``fn(gradient)`` instead of the gradient."""
 
     @staticmethod
-    def forward(ctx: Any, t: torch.Tensor) -> Any:
+    def forward(ctx: Any, t: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+        ctx.fn = fn
         return t.view_as(t)
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> Any:
-        return last_bit_up(g)
+        return ctx.fn(g), None
 
 
-class GradThroughBfloat16(torch.autograd.Function):
-    """The identity whose backward hands on the gradient rounded to bfloat16 (a gradient buffer kept in bfloat16)."""
-
-    @staticmethod
-    def forward(ctx: Any, t: torch.Tensor) -> Any:
-        return t.view_as(t)
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> Any:
-        return g.to(torch.bfloat16).to(g.dtype)
+def bfloat16_round_trip(g: torch.Tensor) -> torch.Tensor:
+    """``g`` rounded to bfloat16 and back (a gradient buffer kept in bfloat16)."""
+    return g.to(torch.bfloat16).to(g.dtype)
 
 
 class CapStraightThrough(torch.autograd.Function):

@@ -30,8 +30,7 @@ from mutants.building_blocks import (
     CapStraightThrough,
     CrossEntropyFusedBackward,
     EmbeddingSortedPathDropsRepeats,
-    GradLastBitUp,
-    GradThroughBfloat16,
+    GradMapped,
     LastBitUp,
     LinearCrossEntropyFused,
     RmsNormBlockPathWeightGrad,
@@ -41,7 +40,9 @@ from mutants.building_blocks import (
     ScaleGrad,
     SiluSigmoidGrad,
     SquareWithoutTwo,
+    bfloat16_round_trip,
     chunked_logsumexp,
+    last_bit_up,
     matmul_low_precision_sums,
     online_softmax_attention,
     rope_variant,
@@ -1506,7 +1507,7 @@ def sine_grad_through_bfloat16(a: MutantAdapter) -> None:
     def sinusoidal_positions(x: T, positions: T, base: float = 10000.0) -> T:
         angles = _sinusoid_angles(x, positions, base)
         pe = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
-        return (GradThroughBfloat16.apply(x).float() + pe).to(x.dtype)
+        return (GradMapped.apply(x, bfloat16_round_trip).float() + pe).to(x.dtype)
 
     a.impl["sinusoidal_positions"] = sinusoidal_positions
 
@@ -1631,7 +1632,7 @@ def _bits_per_call(op: str) -> Defect:
             if next(calls) % 2 == 0:
                 return right(**kw)
             leaves = {
-                k: GradLastBitUp.apply(v) if isinstance(v, torch.Tensor) and v.requires_grad else v
+                k: GradMapped.apply(v, last_bit_up) if isinstance(v, torch.Tensor) and v.requires_grad else v
                 for k, v in kw.items()
             }
             return _float_tensors_up(right(**leaves))
